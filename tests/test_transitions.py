@@ -1,0 +1,159 @@
+"""Every pair of statuses and states through the one writer: allowed pairs are applied with
+their event, every other pair is refused and changes nothing (SPEC §4, §5, §10)."""
+
+import itertools
+
+import pytest
+from django.db import transaction
+
+from tests.unit.test_states import SPEC_EXECUTION, SPEC_OPERATION, parse
+from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken
+from workflows_app.models import Event, Execution, Operation
+from workflows_app.models.execution import hash_token
+from workflows_app.signals import execution_status_changed
+from workflows_app.states import (
+    OPERATION_EVENT_BY_TARGET,
+    EventType,
+    ExecutionStatus,
+    OperationState,
+    execution_event_type,
+)
+from workflows_app.transitions import execution_transition, operation_transition
+
+EXECUTION_ALLOWED = parse(SPEC_EXECUTION)
+OPERATION_ALLOWED = parse(SPEC_OPERATION)
+EXECUTION_PAIRS = list(itertools.product([s.value for s in ExecutionStatus], repeat=2))
+OPERATION_PAIRS = list(itertools.product([s.value for s in OperationState], repeat=2))
+
+
+def snapshot(model, pk):
+    return model.objects.filter(pk=pk).values().get()
+
+
+@pytest.mark.parametrize("source,target", EXECUTION_PAIRS)
+def test_execution_pair(make_execution, source, target):
+    execution = make_execution(status=source)
+    before = snapshot(Execution, execution.pk)
+    if (source, target) in EXECUTION_ALLOWED:
+        execution_transition(execution, target)
+        assert Execution.objects.get(pk=execution.pk).status == target
+        events = list(Event.objects.filter(execution=execution))
+        assert [e.type for e in events] == [execution_event_type(ExecutionStatus(source), ExecutionStatus(target))]
+        assert events[0].data["from"] == source and events[0].data["to"] == target
+    else:
+        with pytest.raises(InvalidTransition):
+            execution_transition(execution, target)
+        assert snapshot(Execution, execution.pk) == before
+        assert not Event.objects.filter(execution=execution).exists()
+
+
+@pytest.mark.parametrize("source,target", OPERATION_PAIRS)
+def test_operation_pair(make_operation, source, target):
+    operation = make_operation(state=source, attempt=2)
+    before = snapshot(Operation, operation.pk)
+    if (source, target) in OPERATION_ALLOWED:
+        operation_transition(operation, target)
+        stored = Operation.objects.get(pk=operation.pk)
+        assert stored.state == target
+        assert getattr(stored, f"{target}_at") is not None
+        assert stored.attempt == (3 if target == "sending" else 2)
+        events = list(Event.objects.filter(execution_id=operation.execution_id))
+        assert [(e.type, e.operation) for e in events] == [(OPERATION_EVENT_BY_TARGET[OperationState(target)], operation.name)]
+    else:
+        with pytest.raises(InvalidTransition):
+            operation_transition(operation, target)
+        assert snapshot(Operation, operation.pk) == before
+        assert not Event.objects.filter(execution_id=operation.execution_id).exists()
+
+
+def test_a_stale_read_changes_nothing(make_execution):
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    stale = Execution.objects.get(pk=execution.pk)
+    execution_transition(execution, ExecutionStatus.COMPLETED)
+    with pytest.raises(InvalidTransition) as refused:
+        execution_transition(stale, ExecutionStatus.CANCELLING)
+    assert refused.value.current == ExecutionStatus.COMPLETED
+    assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.COMPLETED
+    assert list(Event.objects.values_list("type", flat=True)) == [EventType.WORKFLOW_COMPLETED]
+
+
+def test_the_token_is_stored_hashed_and_a_stale_token_changes_nothing(make_execution):
+    execution = make_execution(status=ExecutionStatus.PENDING)
+    execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
+    first = execution.issued_token
+    stored = Execution.objects.get(pk=execution.pk)
+    assert first and stored.token_hash == hash_token(first) and first not in str(snapshot(Execution, execution.pk))
+
+    # A resume of the stuck execution issues a new token; the old dispatcher is fenced off.
+    execution_transition(stored, ExecutionStatus.STARTED, renew_token=True)
+    second = stored.issued_token
+    assert second != first
+    old_dispatcher = Execution.objects.get(pk=execution.pk)
+    with pytest.raises(StaleToken):
+        execution_transition(old_dispatcher, ExecutionStatus.COMPLETED, token=first)
+    assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.STARTED
+    execution_transition(old_dispatcher, ExecutionStatus.COMPLETED, token=second)
+    assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.COMPLETED
+
+
+def test_a_report_for_an_older_attempt_changes_nothing(make_operation):
+    operation = make_operation(state=OperationState.STARTED, attempt=1)
+    old = Operation.objects.get(pk=operation.pk)
+    operation_transition(operation, OperationState.RESCHEDULED)
+    operation_transition(operation, OperationState.SENDING)
+    assert operation.attempt == 2
+    with pytest.raises(StaleAttempt):
+        operation_transition(operation, OperationState.SENT, attempt=1)
+    with pytest.raises(StaleAttempt):  # an instance read before the new attempt began
+        operation_transition(old, OperationState.SUCCEEDED)
+    assert Operation.objects.get(pk=operation.pk).state == OperationState.SENDING
+
+
+def test_timestamps_follow_the_execution(make_execution):
+    execution = make_execution(status=ExecutionStatus.PENDING)
+    execution_transition(execution, ExecutionStatus.STARTED)
+    started_at = execution.started_at
+    assert started_at is not None and execution.ended_at is None
+    execution_transition(execution, ExecutionStatus.FAILED, error="boom")
+    stored = Execution.objects.get(pk=execution.pk)
+    assert stored.ended_at is not None and stored.error == "boom"
+    execution_transition(stored, ExecutionStatus.STARTED)  # resume
+    stored = Execution.objects.get(pk=execution.pk)
+    assert stored.ended_at is None and stored.started_at == started_at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_signal_is_sent_after_commit_and_a_failing_receiver_is_recorded(make_execution):
+    seen = []
+
+    def receiver(sender, execution, source, target, event, **kwargs):
+        seen.append((source, target, event.type))
+
+    def broken(sender, **kwargs):
+        raise RuntimeError("listener broke")
+
+    execution_status_changed.connect(receiver)
+    execution_status_changed.connect(broken)
+    try:
+        execution = make_execution(status=ExecutionStatus.STARTED)
+        with transaction.atomic():
+            execution_transition(execution, ExecutionStatus.COMPLETED)
+            assert seen == []  # nothing is announced before the change is committed
+        assert seen == [(ExecutionStatus.STARTED, ExecutionStatus.COMPLETED, EventType.WORKFLOW_COMPLETED)]
+        failures = Event.objects.filter(execution=execution, type=EventType.LISTENER_FAILED)
+        assert [e.message for e in failures] == [f"{broken.__qualname__} raised RuntimeError: listener broke"]
+        assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.COMPLETED
+    finally:
+        execution_status_changed.disconnect(receiver)
+        execution_status_changed.disconnect(broken)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_transition_leaves_neither_status_nor_event(make_execution):
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    with pytest.raises(ZeroDivisionError):
+        with transaction.atomic():
+            execution_transition(execution, ExecutionStatus.COMPLETED)
+            1 / 0
+    assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.STARTED
+    assert not Event.objects.exists()

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class WorkflowsConfig(AppConfig):
+    name = "workflows_app"
+    verbose_name = "Workflows"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from workflows_app import checks  # noqa: F401  (registers the system checks)

@@ -1,0 +1,113 @@
+"""The ``WORKFLOWS`` settings dict, read through one object (like DRF's ``api_settings``).
+
+    from workflows_app.conf import workflows_settings
+    workflows_settings.KILL_GRACE_SECONDS
+
+Every key of ``DEFAULTS`` may be overridden in ``settings.WORKFLOWS`` (or the environment
+variable ``SWITCHYARD_WORKFLOWS``, a JSON object); an unknown key is refused — by the system
+check ``workflows.E001`` at start-up and by ``ConfigurationError`` on first read. The object
+reloads when ``WORKFLOWS`` changes under ``override_settings``.
+"""
+
+from django.conf import settings
+from django.core.signals import setting_changed
+
+from workflows_app.errors import ConfigurationError
+from workflows_app.states import FailureMode
+
+DEFAULTS = {
+    "MANAGEMENT_QUEUE": "management",
+    "FAILURE_MODE": FailureMode.NO_NEW_CALLS.value,
+    "MAX_RETRIES": 3,
+    "RETRY_INTERVAL": 5,
+    "WAIT_AFTER_FAIL": 600,
+    "KILL_GRACE_SECONDS": 5,
+    "CANCEL_TIMEOUT": 3600,
+    "AGENT_HEARTBEAT_SECONDS": 10,
+    "AGENT_OFFLINE_AFTER_SECONDS": 60,
+    "ABORT_ON_TERMINATE": False,
+    "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
+}
+
+_NUMBER_KEYS = {"RETRY_INTERVAL", "WAIT_AFTER_FAIL", "KILL_GRACE_SECONDS", "CANCEL_TIMEOUT",
+                "AGENT_HEARTBEAT_SECONDS", "AGENT_OFFLINE_AFTER_SECONDS"}
+
+
+def unknown_keys(user_settings) -> list[str]:
+    """The keys of a ``WORKFLOWS`` dict that are not settings, one sentence each."""
+    if not isinstance(user_settings, dict):
+        return [f"WORKFLOWS must be a dict, not {type(user_settings).__name__}"]
+    return [f"unknown key {key!r} in WORKFLOWS (known: {', '.join(sorted(DEFAULTS))})"
+            for key in user_settings if key not in DEFAULTS]
+
+
+def bad_values(user_settings) -> list[str]:
+    """The values of a ``WORKFLOWS`` dict that cannot work, one sentence each."""
+    if not isinstance(user_settings, dict):
+        return []
+    found = []
+    for key in _NUMBER_KEYS & user_settings.keys():
+        value = user_settings[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            found.append(f"WORKFLOWS[{key!r}] must be a number of seconds >= 0, not {value!r}")
+    if "MAX_RETRIES" in user_settings:
+        value = user_settings["MAX_RETRIES"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            found.append(f"WORKFLOWS['MAX_RETRIES'] must be an integer >= -1 (-1: no limit), not {value!r}")
+    if "FAILURE_MODE" in user_settings and user_settings["FAILURE_MODE"] not in FailureMode.values:
+        found.append(f"WORKFLOWS['FAILURE_MODE'] must be one of {FailureMode.values}, not {user_settings['FAILURE_MODE']!r}")
+    if "MANAGEMENT_QUEUE" in user_settings and not (isinstance(user_settings["MANAGEMENT_QUEUE"], str) and user_settings["MANAGEMENT_QUEUE"]):
+        found.append("WORKFLOWS['MANAGEMENT_QUEUE'] must be a non-empty string")
+    if "ABORT_ON_TERMINATE" in user_settings and not isinstance(user_settings["ABORT_ON_TERMINATE"], bool):
+        found.append("WORKFLOWS['ABORT_ON_TERMINATE'] must be true or false")
+    if "SHUTDOWN_PHASE_TIMEOUTS" in user_settings:
+        phases = user_settings["SHUTDOWN_PHASE_TIMEOUTS"]
+        default_phases = DEFAULTS["SHUTDOWN_PHASE_TIMEOUTS"]
+        if not isinstance(phases, dict) or set(phases) - set(default_phases):
+            found.append(f"WORKFLOWS['SHUTDOWN_PHASE_TIMEOUTS'] must be a dict with keys among {sorted(default_phases)}")
+    return found
+
+
+class WorkflowsSettings:
+    """Attribute access to ``WORKFLOWS`` with ``DEFAULTS`` filled in."""
+
+    def __init__(self):
+        self._values = None
+
+    def _load(self):
+        user = getattr(settings, "WORKFLOWS", None) or {}
+        found = unknown_keys(user) + bad_values(user)
+        if found:
+            raise ConfigurationError("; ".join(found))
+        values = {**DEFAULTS, **user}
+        # A partial override of the shutdown phases keeps the other phases' defaults.
+        values["SHUTDOWN_PHASE_TIMEOUTS"] = {**DEFAULTS["SHUTDOWN_PHASE_TIMEOUTS"], **user.get("SHUTDOWN_PHASE_TIMEOUTS", {})}
+        return values
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in DEFAULTS:
+            raise AttributeError(f"WORKFLOWS has no setting {name!r}")
+        if self._values is None:
+            self._values = self._load()
+        return self._values[name]
+
+    def as_dict(self) -> dict:
+        if self._values is None:
+            self._values = self._load()
+        return dict(self._values)
+
+    def reload(self):
+        self._values = None
+
+
+workflows_settings = WorkflowsSettings()
+
+
+def _reload(*, setting, **kwargs):
+    if setting == "WORKFLOWS":
+        workflows_settings.reload()
+
+
+setting_changed.connect(_reload)

@@ -1,0 +1,120 @@
+"""Every error Switchyard raises, in one tree.
+
+::
+
+    SwitchyardError
+    ├── WorkflowError                 raised in or for workflow code (re-exported by the sdk)
+    │   ├── RecoverableError          an operation failed; retry it (optionally after retry_after s)
+    │   ├── NonRecoverableError       an operation failed; never retry it
+    │   ├── OperationCancelled        the operation stopped because its execution is cancelling
+    │   ├── EventTimeout              await_event waited longer than its timeout
+    │   └── StepFailed                a step the workflow waits on failed for good
+    ├── TransitionRefused             a status/state change that was not applied
+    │   ├── InvalidTransition         the pair is not in the table, or the row changed under us
+    │   ├── StaleToken                the caller's execution token is no longer current
+    │   └── StaleAttempt              a report for an attempt that is no longer current
+    └── ConfigurationError            WORKFLOWS settings that cannot work
+
+Every error pickles with its attributes (it may cross a process boundary in a Celery result).
+"""
+
+
+class SwitchyardError(Exception):
+    """Base of every Switchyard error."""
+
+
+class WorkflowError(SwitchyardError):
+    """Base of the errors raised in or for workflow and operation code."""
+
+
+class RecoverableError(WorkflowError):
+    """An operation failed in a way worth retrying, optionally not before ``retry_after`` s."""
+
+    retryable = True
+
+    def __init__(self, message="", retry_after=None):
+        super().__init__(message, retry_after)
+        self.message = message
+        self.retry_after = retry_after
+
+    def __str__(self):
+        return str(self.message)
+
+
+class NonRecoverableError(WorkflowError):
+    """An operation failed in a way that retrying cannot mend."""
+
+    retryable = False
+
+
+class OperationCancelled(WorkflowError):
+    """The operation stopped because its execution is being cancelled."""
+
+    retryable = False
+
+
+class EventTimeout(WorkflowError):
+    """``await_event`` waited longer than its ``timeout``."""
+
+    def __init__(self, name="", timeout=None):
+        super().__init__(name, timeout)
+        self.name = name
+        self.timeout = timeout
+
+    def __str__(self):
+        return f"no event {self.name!r} within {self.timeout}s"
+
+
+class StepFailed(WorkflowError):
+    """A step the workflow waits on ended failed (or cancelled) for good."""
+
+    def __init__(self, step="", error=None):
+        super().__init__(step, error)
+        self.step = step
+        self.error = error
+
+    def __str__(self):
+        detail = (self.error or {}).get("message") if isinstance(self.error, dict) else self.error
+        return f"step {self.step!r} failed" + (f": {detail}" if detail else "")
+
+
+class TransitionRefused(SwitchyardError):
+    """A status or state change that was not applied; nothing was written."""
+
+
+class InvalidTransition(TransitionRefused):
+    """The move is not in the transition table, or the row was no longer in ``source``."""
+
+    def __init__(self, kind="", pk=None, source="", target="", current=None):
+        super().__init__(kind, pk, source, target, current)
+        self.kind, self.pk, self.source, self.target, self.current = kind, pk, source, target, current
+
+    def __str__(self):
+        moved = "" if self.current in (None, self.source) else f" (it is {self.current} now)"
+        return f"{self.kind} {self.pk}: cannot go from {self.source} to {self.target}{moved}"
+
+
+class StaleToken(TransitionRefused):
+    """The execution token presented is not the current one (a resume or kill replaced it)."""
+
+    def __init__(self, pk=None):
+        super().__init__(pk)
+        self.pk = pk
+
+    def __str__(self):
+        return f"execution {self.pk}: the token is no longer current"
+
+
+class StaleAttempt(TransitionRefused):
+    """A report names an attempt that is no longer the operation's current one."""
+
+    def __init__(self, pk=None, attempt=None, current=None):
+        super().__init__(pk, attempt, current)
+        self.pk, self.attempt, self.current = pk, attempt, current
+
+    def __str__(self):
+        return f"operation {self.pk}: attempt {self.attempt} is not current (attempt {self.current} is)"
+
+
+class ConfigurationError(SwitchyardError):
+    """WORKFLOWS settings that cannot work (an unknown key, a value of the wrong kind)."""

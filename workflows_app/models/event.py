@@ -1,0 +1,26 @@
+from django.db import models
+
+from workflows_app.states import EventType
+
+
+class Event(models.Model):
+    """One entry of an execution's log, in order (``id`` increases). A state change and its
+    event are written in one transaction (``workflows_app.transitions``)."""
+
+    id = models.BigAutoField(primary_key=True)
+    execution = models.ForeignKey("workflows_app.Execution", on_delete=models.CASCADE, related_name="events")
+    operation = models.CharField(max_length=255, null=True, blank=True, help_text="the step name, or none")
+    type = models.CharField(max_length=30, choices=EventType.choices)
+    message = models.TextField(blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+    timestamp = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["execution", "id"], name="event_execution_id"),
+            models.Index(fields=["type", "id"], name="event_type_id"),
+        ]
+
+    def __str__(self):
+        return f"#{self.id} {self.type} {self.operation or ''}".rstrip()

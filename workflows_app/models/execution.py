@@ -1,0 +1,73 @@
+import hashlib
+import secrets
+import uuid
+
+from django.db import models
+
+from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, ExecutionStatus, FailureMode
+
+
+def hash_token(token: str) -> str:
+    """The stored form of an execution token (a token itself is never stored)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class ExecutionQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(status__in=EXECUTION_ACTIVE)
+
+    def terminal(self):
+        return self.filter(status__in=EXECUTION_TERMINAL)
+
+
+class Execution(models.Model):
+    """One run of a workflow (Cloudify's execution). ``status`` changes only through
+    :mod:`workflows_app.transitions`."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow_id = models.CharField(max_length=200)
+    deployment_id = models.CharField(max_length=200, null=True, blank=True)
+    parameters = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=ExecutionStatus.choices, default=ExecutionStatus.PENDING, editable=False)
+    failure_mode = models.CharField(max_length=30, choices=FailureMode.choices, default=FailureMode.NO_NEW_CALLS)
+    timeout = models.FloatField(null=True, blank=True, help_text="seconds; none: no limit")
+    wait_after_fail = models.FloatField(default=600, help_text="seconds")
+    payload = models.JSONField(default=dict, blank=True, help_text="the durable workflow data")
+    error = models.TextField(blank=True, default="")
+    is_dry_run = models.BooleanField(default=False)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True, editable=False)
+    ended_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # sha256 of the current token; a dispatcher must present the token itself.
+    token_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+
+    objects = ExecutionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="execution_status_created"),
+            models.Index(fields=["-created_at"], name="execution_created"),
+            models.Index(fields=["workflow_id", "-created_at"], name="execution_workflow_created"),
+            models.Index(fields=["deployment_id", "status"], name="execution_deployment_status"),
+        ]
+        permissions = [("force_execution", "Can kill, force-cancel and force-resume executions")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(status__in=ExecutionStatus.values), name="execution_status_valid"),
+            models.CheckConstraint(condition=models.Q(failure_mode__in=FailureMode.values), name="execution_failure_mode_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.workflow_id} {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in EXECUTION_TERMINAL
+
+    def token_matches(self, token: str) -> bool:
+        return bool(self.token_hash) and secrets.compare_digest(self.token_hash, hash_token(token))

@@ -1,0 +1,102 @@
+import uuid
+
+from django.db import models
+
+from workflows_app.states import OPERATION_ACTIVE, OPERATION_TERMINAL, OperationState
+
+
+class OperationQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(state__in=OPERATION_ACTIVE)
+
+    def terminal(self):
+        return self.filter(state__in=OPERATION_TERMINAL)
+
+
+class Operation(models.Model):
+    """One step of an execution, sent as a Celery task to its agent's queue.
+
+    ``state`` changes only through :mod:`workflows_app.transitions`. ``attempt`` grows by one on
+    every send; the Celery task id is derived from ``id`` and ``attempt`` (``task_id``), and an
+    agent runs an attempt only while it is the current one (fencing, SPEC §5).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    execution = models.ForeignKey("workflows_app.Execution", on_delete=models.CASCADE, related_name="operations")
+    name = models.CharField(max_length=255, help_text="the step key, unique in its execution")
+    operation = models.CharField(max_length=255, help_text="the registered operation name")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    agent = models.CharField(max_length=200, help_text="the queue the operation is sent to")
+    state = models.CharField(max_length=20, choices=OperationState.choices, default=OperationState.PENDING, editable=False)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True, help_text='{"type", "message", "traceback"}')
+    attempt = models.PositiveIntegerField(default=0, editable=False)
+    current_retries = models.PositiveIntegerField(default=0)
+    max_retries = models.IntegerField(default=3, help_text="-1: retry without limit")
+    retry_interval = models.FloatField(default=5, help_text="seconds")
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    timeout = models.FloatField(null=True, blank=True, help_text="seconds per attempt; none: no limit")
+    # Fan-in counted in the database: how many dependencies have not succeeded yet.
+    pending_dependencies = models.PositiveIntegerField(default=0)
+    depends_on = models.ManyToManyField(
+        "self", through="workflows_app.OperationDependency", symmetrical=False, related_name="dependents", blank=True
+    )
+    # The run of the agent that started the current attempt (SPEC §9).
+    incarnation = models.CharField(max_length=64, blank=True, default="")
+    # One timestamp per state: when the operation last entered it.
+    pending_at = models.DateTimeField(auto_now_add=True)
+    sending_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    rescheduled_at = models.DateTimeField(null=True, blank=True)
+    succeeded_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    objects = OperationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pending_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "name"], name="operation_name_unique_in_execution"),
+            models.CheckConstraint(condition=models.Q(state__in=OperationState.values), name="operation_state_valid"),
+        ]
+        indexes = [
+            models.Index(fields=["execution", "state"], name="operation_execution_state"),
+            models.Index(fields=["state", "next_attempt_at"], name="operation_state_next_attempt"),
+            models.Index(fields=["agent", "state"], name="operation_agent_state"),
+        ]
+
+    def __str__(self):
+        return f"{self.name} [{self.operation}] ({self.state}, attempt {self.attempt})"
+
+    @property
+    def task_id(self) -> str:
+        """The Celery task id of the current attempt."""
+        return task_id_for(self.id, self.attempt)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in OPERATION_TERMINAL
+
+
+def task_id_for(operation_id, attempt) -> str:
+    return f"{operation_id}.{attempt}"
+
+
+class OperationDependency(models.Model):
+    """``operation`` may start only after ``depends_on`` succeeded (an edge of the graph)."""
+
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="+")
+    depends_on = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "depends_on"], name="operation_dependency_unique"),
+            models.CheckConstraint(condition=~models.Q(operation=models.F("depends_on")), name="operation_dependency_not_self"),
+        ]
+        indexes = [models.Index(fields=["depends_on"], name="operation_dependency_reverse")]
+
+    def __str__(self):
+        return f"{self.depends_on_id} -> {self.operation_id}"

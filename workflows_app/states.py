@@ -1,0 +1,146 @@
+"""Statuses of executions, states of operations, and the tables of their transitions.
+
+Each list is defined once, here, with its groups beside it; code compares against these names,
+never against string literals. ``workflows_app.transitions`` is the only writer and enforces
+the tables below (SPEC §4, §5).
+"""
+
+from django.db import models
+
+
+class ExecutionStatus(models.TextChoices):
+    PENDING = "pending"
+    QUEUED = "queued"
+    STARTED = "started"
+    CANCELLING = "cancelling"
+    FORCE_CANCELLING = "force_cancelling"
+    KILL_CANCELLING = "kill_cancelling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+class OperationState(models.TextChoices):
+    PENDING = "pending"
+    SENDING = "sending"
+    SENT = "sent"
+    STARTED = "started"
+    RESCHEDULED = "rescheduled"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class FailureMode(models.TextChoices):
+    NO_NEW_CALLS = "no_new_calls"
+    CONTINUE_WHILE_POSSIBLE = "continue_while_possible"
+    FAIL_FAST = "fail_fast"
+
+
+class EventType(models.TextChoices):
+    WORKFLOW_STARTED = "workflow_started"
+    WORKFLOW_RESUMED = "workflow_resumed"
+    WORKFLOW_CANCELLING = "workflow_cancelling"
+    WORKFLOW_COMPLETED = "workflow_completed"
+    WORKFLOW_FAILED = "workflow_failed"
+    WORKFLOW_CANCELLED = "workflow_cancelled"
+    WORKFLOW_TIMED_OUT = "workflow_timed_out"
+    TASK_SENDING = "task_sending"
+    TASK_SENT = "task_sent"
+    TASK_STARTED = "task_started"
+    TASK_SUCCEEDED = "task_succeeded"
+    TASK_FAILED = "task_failed"
+    TASK_RESCHEDULED = "task_rescheduled"
+    TASK_CANCELLED = "task_cancelled"
+    EVENT_RECEIVED = "event_received"
+    LISTENER_FAILED = "listener_failed"
+    STALE_REPORT = "stale_report"
+    LOG = "log"
+
+
+_E = ExecutionStatus
+_O = OperationState
+
+# --- execution groups ------------------------------------------------------------------
+EXECUTION_TERMINAL = frozenset({_E.COMPLETED, _E.FAILED, _E.CANCELLED, _E.TIMED_OUT})
+EXECUTION_ACTIVE = frozenset(set(_E) - EXECUTION_TERMINAL)
+#: Not yet running: any stop action ends these ``cancelled`` at once.
+EXECUTION_WAITING = frozenset({_E.PENDING, _E.QUEUED})
+EXECUTION_CANCELLING = frozenset({_E.CANCELLING, _E.FORCE_CANCELLING, _E.KILL_CANCELLING})
+#: A dispatcher carries these on (SPEC §9).
+EXECUTION_RUNNING = frozenset({_E.STARTED}) | EXECUTION_CANCELLING
+
+EXECUTION_TRANSITIONS = {
+    _E.PENDING: frozenset({_E.QUEUED, _E.STARTED, _E.CANCELLED, _E.FAILED}),
+    _E.QUEUED: frozenset({_E.PENDING, _E.CANCELLED}),
+    # started -> started: resume of a stuck execution (new token, same status).
+    _E.STARTED: frozenset({_E.COMPLETED, _E.FAILED, _E.TIMED_OUT, _E.CANCELLING,
+                           _E.FORCE_CANCELLING, _E.KILL_CANCELLING, _E.STARTED}),
+    _E.CANCELLING: frozenset({_E.CANCELLED, _E.FAILED, _E.FORCE_CANCELLING, _E.KILL_CANCELLING}),
+    _E.FORCE_CANCELLING: frozenset({_E.CANCELLED, _E.KILL_CANCELLING}),
+    _E.KILL_CANCELLING: frozenset({_E.CANCELLED}),
+    _E.COMPLETED: frozenset(),
+    _E.FAILED: frozenset({_E.STARTED}),  # resume, force-resume
+    _E.CANCELLED: frozenset({_E.STARTED}),  # resume, force-resume
+    _E.TIMED_OUT: frozenset(),
+}
+
+# --- operation groups ------------------------------------------------------------------
+OPERATION_TERMINAL = frozenset({_O.SUCCEEDED, _O.FAILED, _O.CANCELLED})
+OPERATION_ACTIVE = frozenset(set(_O) - OPERATION_TERMINAL)
+#: Not started on an agent: cancel marks these ``cancelled`` at once.
+OPERATION_NOT_STARTED = frozenset({_O.PENDING, _O.RESCHEDULED, _O.SENDING, _O.SENT})
+#: A message is (or may be) out for these: the agents are asked about them after a restart.
+OPERATION_IN_FLIGHT = frozenset({_O.SENDING, _O.SENT, _O.STARTED})
+#: What resume puts back to pending; force-resume adds the in-flight states.
+OPERATION_RESUMABLE = frozenset({_O.RESCHEDULED, _O.FAILED, _O.CANCELLED})
+OPERATION_FORCE_RESUMABLE = OPERATION_RESUMABLE | OPERATION_IN_FLIGHT
+
+OPERATION_TRANSITIONS = {
+    _O.PENDING: frozenset({_O.SENDING, _O.CANCELLED}),
+    # sending/sent -> rescheduled|failed: a lost attempt, a retryable failure.
+    _O.SENDING: frozenset({_O.SENT, _O.RESCHEDULED, _O.FAILED, _O.CANCELLED, _O.PENDING}),
+    _O.SENT: frozenset({_O.STARTED, _O.RESCHEDULED, _O.FAILED, _O.CANCELLED, _O.PENDING}),
+    _O.STARTED: frozenset({_O.SUCCEEDED, _O.FAILED, _O.RESCHEDULED, _O.CANCELLED, _O.PENDING}),
+    _O.RESCHEDULED: frozenset({_O.SENDING, _O.CANCELLED, _O.PENDING}),
+    _O.SUCCEEDED: frozenset(),
+    _O.FAILED: frozenset({_O.PENDING}),
+    _O.CANCELLED: frozenset({_O.PENDING}),
+}
+
+#: The timestamp field written when an operation enters each state.
+OPERATION_STATE_TIMESTAMP = {state: f"{state.value}_at" for state in _O}
+
+
+def execution_event_type(source, target):
+    """The event that records an execution's move from ``source`` to ``target``."""
+    if target == _E.STARTED:
+        return EventType.WORKFLOW_STARTED if source == _E.PENDING else EventType.WORKFLOW_RESUMED
+    return _EXECUTION_EVENT_BY_TARGET[target]
+
+
+_EXECUTION_EVENT_BY_TARGET = {
+    # Entering and leaving the queue has no event type of its own (SPEC §10): a log line.
+    _E.PENDING: EventType.LOG,
+    _E.QUEUED: EventType.LOG,
+    _E.CANCELLING: EventType.WORKFLOW_CANCELLING,
+    _E.FORCE_CANCELLING: EventType.WORKFLOW_CANCELLING,
+    _E.KILL_CANCELLING: EventType.WORKFLOW_CANCELLING,
+    _E.COMPLETED: EventType.WORKFLOW_COMPLETED,
+    _E.FAILED: EventType.WORKFLOW_FAILED,
+    _E.CANCELLED: EventType.WORKFLOW_CANCELLED,
+    _E.TIMED_OUT: EventType.WORKFLOW_TIMED_OUT,
+}
+
+OPERATION_EVENT_BY_TARGET = {
+    # Back to pending is resume's reset: a log line, as SPEC §10 has no type for it.
+    _O.PENDING: EventType.LOG,
+    _O.SENDING: EventType.TASK_SENDING,
+    _O.SENT: EventType.TASK_SENT,
+    _O.STARTED: EventType.TASK_STARTED,
+    _O.RESCHEDULED: EventType.TASK_RESCHEDULED,
+    _O.SUCCEEDED: EventType.TASK_SUCCEEDED,
+    _O.FAILED: EventType.TASK_FAILED,
+    _O.CANCELLED: EventType.TASK_CANCELLED,
+}

@@ -1,0 +1,156 @@
+"""The one writer of execution statuses and operation states.
+
+Every change goes through :func:`execution_transition` or :func:`operation_transition`:
+
+* the move must be in the table of :mod:`workflows_app.states`, else ``InvalidTransition``;
+* it is applied as a conditional UPDATE on the status (state and attempt) the caller read —
+  compare-and-set — so of two racing writers exactly one wins and the other gets
+  ``InvalidTransition`` (or ``StaleToken`` / ``StaleAttempt``) and writes nothing;
+* its event is written in the same transaction.
+
+Nothing else assigns ``status`` or ``state``.
+"""
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken
+from workflows_app.models import Event, Execution, Operation
+from workflows_app.models.execution import hash_token, new_token
+from workflows_app.signals import execution_status_changed
+from workflows_app.states import (
+    EXECUTION_TERMINAL,
+    EXECUTION_TRANSITIONS,
+    OPERATION_EVENT_BY_TARGET,
+    OPERATION_STATE_TIMESTAMP,
+    OPERATION_TRANSITIONS,
+    EventType,
+    ExecutionStatus,
+    OperationState,
+    execution_event_type,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def record_event(execution_id, type, message="", data=None, operation=None) -> Event:
+    """Append an event that records no state change (``log``, ``stale_report``, …)."""
+    return Event.objects.create(
+        execution_id=execution_id, type=EventType(type), message=message, data=data or {}, operation=operation
+    )
+
+
+def execution_transition(execution, target, *, message="", data=None, token=None, renew_token=False, **fields) -> Execution:
+    """Move ``execution`` from the status it was read in to ``target``, with its event.
+
+    ``token``: apply only while this is the execution's current token (a dispatcher's fence).
+    ``renew_token``: issue a new token; the returned execution carries it as ``issued_token``
+    (the only time it exists in clear). ``fields``: other columns written in the same UPDATE.
+    Returns ``execution`` updated in place. Raises ``InvalidTransition`` or ``StaleToken``.
+    """
+    source = ExecutionStatus(execution.status)
+    target = ExecutionStatus(target)
+    if target not in EXECUTION_TRANSITIONS[source]:
+        raise InvalidTransition("execution", execution.pk, source, target, source)
+
+    now = timezone.now()
+    updates = {"status": target, **fields}
+    if target == ExecutionStatus.STARTED and execution.started_at is None:
+        updates.setdefault("started_at", now)
+    if target in EXECUTION_TERMINAL:
+        updates.setdefault("ended_at", now)
+    elif source in EXECUTION_TERMINAL:
+        updates.setdefault("ended_at", None)  # resumed: running again
+    issued = None
+    if renew_token:
+        issued = new_token()
+        updates["token_hash"] = hash_token(issued)
+
+    with transaction.atomic():
+        rows = Execution.objects.filter(pk=execution.pk, status=source)
+        if token is not None:
+            rows = rows.filter(token_hash=hash_token(token))
+        if rows.update(**updates) != 1:
+            _refuse_execution(execution, source, target, token)
+        event = Event.objects.create(
+            execution_id=execution.pk,
+            type=execution_event_type(source, target),
+            message=message or f"{source} -> {target}",
+            data={"from": source.value, "to": target.value, **(data or {})},
+        )
+        for name, value in updates.items():
+            setattr(execution, name, value)
+        execution.issued_token = issued
+        transaction.on_commit(lambda: _announce(execution, source, target, event))
+    return execution
+
+
+def _refuse_execution(execution, source, target, token):
+    current = Execution.objects.filter(pk=execution.pk).values_list("status", "token_hash").first()
+    if current is None:
+        raise Execution.DoesNotExist(f"execution {execution.pk} does not exist")
+    status, token_hash = current
+    if token is not None and status == source and token_hash != hash_token(token):
+        raise StaleToken(execution.pk)
+    raise InvalidTransition("execution", execution.pk, source, target, ExecutionStatus(status))
+
+
+def _announce(execution, source, target, event):
+    responses = execution_status_changed.send_robust(
+        sender=Execution, execution=execution, source=source, target=target, event=event
+    )
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            logger.error("execution_status_changed receiver %r failed", receiver, exc_info=response)
+            record_event(
+                execution.pk,
+                EventType.LISTENER_FAILED,
+                f"{getattr(receiver, '__qualname__', receiver)!s} raised {type(response).__name__}: {response}",
+                {"listener": getattr(receiver, "__qualname__", repr(receiver)), "status": target.value},
+            )
+
+
+def operation_transition(operation, target, *, attempt=None, message="", data=None, **fields) -> Operation:
+    """Move ``operation`` from the state (and attempt) it was read in to ``target``, with its event.
+
+    ``attempt``: the attempt the caller reports for; refused with ``StaleAttempt`` unless it is
+    the operation's current one. Entering ``sending`` starts a new attempt (``attempt + 1``).
+    ``fields``: other columns written in the same UPDATE. Returns ``operation`` updated in place.
+    """
+    source = OperationState(operation.state)
+    target = OperationState(target)
+    if attempt is not None and attempt != operation.attempt:
+        raise StaleAttempt(operation.pk, attempt, operation.attempt)
+    if target not in OPERATION_TRANSITIONS[source]:
+        raise InvalidTransition("operation", operation.pk, source, target, source)
+
+    updates = {"state": target, OPERATION_STATE_TIMESTAMP[target]: timezone.now(), **fields}
+    if target == OperationState.SENDING:
+        updates["attempt"] = operation.attempt + 1
+
+    with transaction.atomic():
+        changed = Operation.objects.filter(pk=operation.pk, state=source, attempt=operation.attempt).update(**updates)
+        if changed != 1:
+            _refuse_operation(operation, source, target)
+        Event.objects.create(
+            execution_id=operation.execution_id,
+            operation=operation.name,
+            type=OPERATION_EVENT_BY_TARGET[target],
+            message=message or f"{source} -> {target}",
+            data={"from": source.value, "to": target.value, "attempt": updates.get("attempt", operation.attempt), **(data or {})},
+        )
+        for name, value in updates.items():
+            setattr(operation, name, value)
+    return operation
+
+
+def _refuse_operation(operation, source, target):
+    current = Operation.objects.filter(pk=operation.pk).values_list("state", "attempt").first()
+    if current is None:
+        raise Operation.DoesNotExist(f"operation {operation.pk} does not exist")
+    state, attempt = current
+    if attempt != operation.attempt:
+        raise StaleAttempt(operation.pk, operation.attempt, attempt)
+    raise InvalidTransition("operation", operation.pk, source, target, OperationState(state))
