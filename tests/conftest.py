@@ -16,6 +16,20 @@ from workflows_app.states import ExecutionStatus, OperationState
 REQUIRED = {s.strip() for s in os.environ.get("SWITCHYARD_REQUIRE", "").split(",") if s.strip()}
 
 
+def pytest_sessionstart(session):
+    """In CI, a service named in SWITCHYARD_REQUIRE must be the one configured and answer."""
+    from django.conf import settings
+
+    if "postgres" in REQUIRED and settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise pytest.UsageError("SWITCHYARD_REQUIRE names postgres, but DATABASE_URL is not PostgreSQL")
+    if "redis" in REQUIRED:
+        import redis
+
+        if not settings.CELERY_BROKER_URL.startswith("redis://"):
+            raise pytest.UsageError("SWITCHYARD_REQUIRE names redis, but CELERY_BROKER_URL is not redis://")
+        redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=5).ping()
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
         if "postgres" in REQUIRED:

@@ -1,0 +1,28 @@
+# The two quick-start commands (README): `make start` and `make test`.
+# Both create or refresh .venv and install the pinned requirements first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: venv start test check contract clean
+
+venv:
+	@VENV=$(VENV) scripts/bootstrap.sh
+
+## start: the whole local stack on embedded defaults (SQLite + embedded Redis); Ctrl-C stops it
+start: venv
+	$(PY) manage.py standalone
+
+## test: the whole test suite against whatever DATABASE_URL / CELERY_BROKER_URL say (default: embedded)
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+check: venv
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+
+contract: venv
+	$(PY) ../shared/ci/contract_check.py
+
+clean:
+	rm -rf var/ .pytest_cache

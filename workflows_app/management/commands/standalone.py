@@ -1,0 +1,67 @@
+"""``manage.py standalone``: the whole local stack in one command (compare ``airflow standalone``).
+
+Applies migrations, makes sure an ``admin`` user exists and prints its password, then runs the
+web server (API and admin) and Flower as child processes, each in its own process group.
+Ctrl-C stops all of it gracefully.
+"""
+
+import secrets
+import sys
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from switchyard import embedded_redis
+from switchyard.supervisor import Child, Supervisor
+
+PASSWORD_FILE = "standalone_admin_password.txt"
+
+
+class Command(BaseCommand):
+    help = "Run the whole Switchyard stack locally on embedded defaults; Ctrl-C stops it."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--address", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--flower-port", type=int, default=5555)
+        parser.add_argument("--no-flower", action="store_true", help="do not start Flower")
+
+    def handle(self, *args, address, port, flower_port, no_flower, **options):
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        if settings.SWITCHYARD_EMBEDDED_REDIS:
+            embedded_redis.ensure_running(settings.VAR_DIR)
+            self.stdout.write(f"embedded Redis: {settings.CELERY_BROKER_URL}")
+        call_command("migrate", interactive=False, verbosity=0)
+        password = self._admin_password()
+
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        children = [Child("web", manage + ["runserver", "--noreload", f"{address}:{port}"])]
+        if not no_flower:
+            children.append(Child("flower", manage + ["run_flower", f"--address={address}", f"--port={flower_port}"]))
+        supervisor = Supervisor(children, cwd=settings.BASE_DIR, out=self.stdout)
+        supervisor.start()
+        self.stdout.write(
+            "\nSwitchyard is running:\n"
+            f"  admin   http://{address}:{port}/admin/   user admin, password {password}\n"
+            + (f"  flower  http://{address}:{flower_port}/\n" if not no_flower else "")
+            + "Press Ctrl-C to stop.\n"
+        )
+        sys.exit(supervisor.wait())
+
+    def _admin_password(self):
+        """The admin user's password: made once, kept under var/ so every start prints the same."""
+        path = settings.VAR_DIR / PASSWORD_FILE
+        User = get_user_model()
+        user = User.objects.filter(username="admin").first()
+        if user is not None and path.exists():
+            return path.read_text().strip()
+        password = secrets.token_urlsafe(12)
+        if user is None:
+            user = User(username="admin", email="admin@localhost", is_staff=True, is_superuser=True)
+        user.set_password(password)
+        user.save()
+        path.write_text(password + "\n")
+        path.chmod(0o600)
+        return password
