@@ -70,6 +70,7 @@ def test_standalone_serves_admin_and_flower_and_stops_everything_on_ctrl_c(var_d
         gone, alive = psutil.wait_procs(children, timeout=5)
         assert alive == [], f"left running: {alive}"
         assert get(f"http://127.0.0.1:{web}/admin/login/") is None
+        assert not embedded_redis.ping(var_dir), "the embedded Redis it started is stopped too"
     except BaseException:
         log.seek(0)
         print(log.read())

@@ -1,6 +1,6 @@
 """``manage.py standalone``: the whole local stack in one command (compare ``airflow standalone``).
 
-Applies migrations, makes sure an ``admin`` user exists and prints its password, then runs the
+Starts the embedded Redis (when no broker is configured), applies migrations, makes sure an ``admin`` user exists and prints its password, then runs the
 web server (API and admin) and Flower as child processes, each in its own process group.
 Ctrl-C stops all of it gracefully.
 """
@@ -30,6 +30,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, address, port, flower_port, no_flower, **options):
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        # The embedded Redis belongs to the stack: stopped with it, unless it was already
+        # running for someone else before this command started.
+        own_redis = settings.SWITCHYARD_EMBEDDED_REDIS and not embedded_redis.ping(settings.VAR_DIR)
         if settings.SWITCHYARD_EMBEDDED_REDIS:
             embedded_redis.ensure_running(settings.VAR_DIR)
             self.stdout.write(f"embedded Redis: {settings.CELERY_BROKER_URL}")
@@ -48,7 +51,11 @@ class Command(BaseCommand):
             + (f"  flower  http://{address}:{flower_port}/\n" if not no_flower else "")
             + "Press Ctrl-C to stop.\n"
         )
-        sys.exit(supervisor.wait())
+        status = supervisor.wait()
+        if own_redis:
+            embedded_redis.stop(settings.VAR_DIR)
+            self.stdout.write("embedded Redis stopped")
+        sys.exit(status)
 
     def _admin_password(self):
         """The admin user's password: made once, kept under var/ so every start prints the same."""
