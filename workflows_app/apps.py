@@ -8,3 +8,6 @@ class WorkflowsConfig(AppConfig):
 
     def ready(self):
         from workflows_app import checks  # noqa: F401  (registers the system checks)
+        from workflows_app.registry import load_workflow_modules
+
+        load_workflow_modules()

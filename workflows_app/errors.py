@@ -13,7 +13,9 @@
     │   ├── InvalidTransition         the pair is not in the table, or the row changed under us
     │   ├── StaleToken                the caller's execution token is no longer current
     │   └── StaleAttempt              a report for an attempt that is no longer current
-    └── ConfigurationError            WORKFLOWS settings that cannot work
+    ├── ConfigurationError            WORKFLOWS settings that cannot work
+    ├── RegistrationError             a workflow or operation registered twice, or not registered
+    └── ParameterError                execution parameters that do not fit the workflow
 
 Every error pickles with its attributes (it may cross a process boundary in a Celery result).
 """
@@ -118,3 +120,11 @@ class StaleAttempt(TransitionRefused):
 
 class ConfigurationError(SwitchyardError):
     """WORKFLOWS settings that cannot work (an unknown key, a value of the wrong kind)."""
+
+
+class RegistrationError(SwitchyardError):
+    """Two registrations under one name, or a name that nothing registered."""
+
+
+class ParameterError(SwitchyardError):
+    """Execution parameters that do not fit the workflow's signature (missing or unknown)."""

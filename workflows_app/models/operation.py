@@ -35,6 +35,7 @@ class Operation(models.Model):
     current_retries = models.PositiveIntegerField(default=0)
     max_retries = models.IntegerField(default=3, help_text="-1: retry without limit")
     retry_interval = models.FloatField(default=5, help_text="seconds")
+    retry_backoff = models.FloatField(default=1, help_text="each retry waits retry_interval * retry_backoff ** retries")
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     timeout = models.FloatField(null=True, blank=True, help_text="seconds per attempt; none: no limit")
     # Fan-in counted in the database: how many dependencies have not succeeded yet.
@@ -42,6 +43,12 @@ class Operation(models.Model):
     depends_on = models.ManyToManyField(
         "self", through="workflows_app.OperationDependency", symmetrical=False, related_name="dependents", blank=True
     )
+    # Where the first positional argument comes from at send time (canvas chain passing):
+    # {"result": name} or {"list": [...]} (workflows_app.engine.graph.Input).
+    input = models.JSONField(null=True, blank=True)
+    # Whether the workflow function waits on this step by itself (ctx.execute); graph and canvas
+    # steps wake it only when their graph can make no more progress.
+    awaited = models.BooleanField(default=True)
     # The run of the agent that started the current attempt (SPEC §9).
     incarnation = models.CharField(max_length=64, blank=True, default="")
     # One timestamp per state: when the operation last entered it.

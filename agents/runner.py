@@ -1,0 +1,166 @@
+"""The operation task that agents (and managers, for operations with no agent) run.
+
+Fencing (SPEC §5): an attempt starts only if it is still the operation's current attempt, the
+operation is waiting for it (sending/sent), and the execution is running. A second delivery
+of the same attempt — Redis' visibility timeout, a requeue — finds the attempt started and is
+dropped while that attempt still runs somewhere; if its process is gone, the attempt was lost,
+which is a retryable failure. This, not Celery's in-memory revoke list, is what keeps a
+message from running twice.
+"""
+
+import logging
+import os
+import traceback
+
+from celery import shared_task
+from celery.signals import task_revoked, worker_process_init
+
+from agents import local
+from workflows_app.dispatch import RUNNER_TASK
+from workflows_app.engine import progress
+from workflows_app.engine.graph import resolve
+from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, TransitionRefused
+from workflows_app.models import Execution, Operation
+from workflows_app.registry import get_operation
+from workflows_app.states import EXECUTION_CANCELLING, EventType, ExecutionStatus, OperationState
+from workflows_app.transitions import operation_transition, record_event
+
+logger = logging.getLogger(__name__)
+
+
+@worker_process_init.connect
+def _own_process_group(**kwargs):
+    # Each pool process leads its own process group, so that killing an operation reaches
+    # every subprocess it started, and not the agent itself.
+    os.setpgid(0, 0)
+
+
+class OperationContext:
+    """``ctx`` of an operation function."""
+
+    def __init__(self, operation):
+        self._operation = operation
+        self.operation_id = operation.pk
+        self.execution_id = operation.execution_id
+        self.name = operation.name
+        self.attempt = operation.attempt
+
+    def is_cancelled(self) -> bool:
+        status = Execution.objects.filter(pk=self.execution_id).values_list("status", flat=True).first()
+        state = Operation.objects.filter(pk=self.operation_id).values_list("state", flat=True).first()
+        return status in EXECUTION_CANCELLING or status is None or state == OperationState.CANCELLED
+
+    def raise_if_cancelled(self):
+        if self.is_cancelled():
+            raise OperationCancelled(f"{self.name}: the execution is being cancelled")
+
+    def log(self, message, **data):
+        record_event(self.execution_id, EventType.LOG, str(message), data, operation=self.name)
+
+
+@shared_task(name=RUNNER_TASK, ignore_result=True)
+def run_operation(operation_id, attempt):
+    operation = Operation.objects.select_related("execution").filter(pk=operation_id).first()
+    if operation is None:
+        logger.warning("operation %s does not exist: message dropped", operation_id)
+        return
+    if not _claim(operation, attempt):
+        return
+    local.mark_running(operation.pk, attempt)
+    try:
+        _run(operation, attempt)
+    finally:
+        local.mark_done(operation.pk, attempt)
+
+
+def _drop(operation, attempt, why):
+    logger.info("operation %s attempt %s dropped: %s", operation.pk, attempt, why)
+    record_event(operation.execution_id, EventType.LOG, f"delivery of attempt {attempt} dropped: {why}",
+                 {"attempt": attempt, "fenced": True}, operation=operation.name)
+    return False
+
+
+def _claim(operation, attempt) -> bool:
+    """Fencing: move the attempt to ``started`` if, and only if, it may start here."""
+    if attempt != operation.attempt:
+        return _drop(operation, attempt, f"attempt {operation.attempt} is current")
+    if operation.execution.status != ExecutionStatus.STARTED:
+        return _drop(operation, attempt, f"the execution is {operation.execution.status}")
+    if operation.state == OperationState.STARTED:
+        if operation.incarnation == local.incarnation() and not local.running_here(operation.pk, attempt):
+            # Our own earlier delivery of this attempt died with its pool process.
+            progress.record_failure(operation, attempt, _lost_error("its worker process was lost"), retryable=True)
+            return False
+        return _drop(operation, attempt, "a duplicate delivery of a started attempt")
+    try:
+        if operation.state == OperationState.SENDING:  # the message overtook the sender's own write
+            operation_transition(operation, OperationState.SENT, attempt=attempt)
+        operation_transition(operation, OperationState.STARTED, attempt=attempt, incarnation=local.incarnation(),
+                             data={"agent": local.name(), "incarnation": local.incarnation(), "pid": os.getpid()})
+    except TransitionRefused as refused:
+        return _drop(operation, attempt, str(refused))
+    return True
+
+
+def _run(operation, attempt):
+    try:
+        definition = get_operation(operation.operation)
+    except RegistrationError as exc:
+        return progress.record_failure(operation, attempt, _error(exc), retryable=False)
+    args = list(operation.args)
+    if operation.input is not None:
+        results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
+                       .values_list("name", "result"))
+        args.insert(0, resolve(operation.input, results))
+    if operation.execution.is_dry_run:
+        return progress.record_success(operation, attempt, None)
+    try:
+        result = definition.func(OperationContext(operation), *args, **operation.kwargs)
+    except OperationCancelled as exc:
+        return _cancelled(operation, attempt, exc)
+    except RecoverableError as exc:
+        return progress.record_failure(operation, attempt, _error(exc), retryable=True, retry_after=exc.retry_after)
+    except NonRecoverableError as exc:
+        return progress.record_failure(operation, attempt, _error(exc), retryable=False)
+    except Exception as exc:
+        return progress.record_failure(operation, attempt, _error(exc), retryable=isinstance(exc, definition.retry_for or ()))
+    progress.record_success(operation, attempt, result)
+
+
+def _cancelled(operation, attempt, exc):
+    try:
+        operation_transition(operation, OperationState.CANCELLED, attempt=attempt, error=_error(exc), message=str(exc))
+    except TransitionRefused:
+        pass
+
+
+def _input_names(data):
+    if "result" in data:
+        return [data["result"]]
+    return [name for item in data["list"] for name in _input_names(item)]
+
+
+def _error(exc):
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+
+
+def _lost_error(message):
+    return {"type": "WorkerLost", "message": message, "traceback": ""}
+
+
+@task_revoked.connect
+def _revoked(request=None, terminated=False, **kwargs):
+    """A message Celery discarded because its id was revoked: that attempt is lost (retryable),
+    so a revoked member never leaves its fan-in waiting."""
+    if request is None or getattr(request, "task", None) != RUNNER_TASK:
+        return
+    try:
+        operation_id, attempt = request.args[0], int(request.args[1])
+        operation = Operation.objects.filter(pk=operation_id).first()
+        if operation is None or operation.attempt != attempt or operation.is_terminal:
+            return
+        if operation.state == OperationState.SENDING:
+            operation_transition(operation, OperationState.SENT, attempt=attempt)
+        progress.record_failure(operation, attempt, _lost_error("its Celery message was revoked"), retryable=True)
+    except Exception:  # a signal handler must not take the worker down
+        logger.exception("could not record the revoke of %s", getattr(request, "id", "?"))

@@ -1,0 +1,187 @@
+"""Compile a Celery canvas of operation signatures into graph nodes, with Celery's meaning.
+
+Nothing here sends anything: the nodes are stored by the engine, which counts fan-in in the
+database instead of in Celery's chord counter (SPEC §6).
+
+Meaning (Celery's):
+
+- a **chain** runs its members one after another; each depends on what the previous member
+  produced and, unless it is immutable (``.si()``), receives it as its first argument;
+- a **group** runs its members in parallel, each with the group's own incoming dependencies
+  and input; its output is the list of its members' outputs (a group directly inside a group
+  adds its members' outputs to that list, as Celery flattens it);
+- a **chord** is its header group followed by its body, the body receiving the list of the
+  header's results. A one-member group in a chain is its member (Celery unrolls it), but a
+  chord's header stays a list even of one.
+
+Names: ``<position>:<operation>``, the position being the indices of the nested members
+joined by dots, or the name given by ``.set(step="name")``. A chain member's position is its
+index in the chain *as Celery runs it*: nested chains are spliced in, and a chord is two
+members, its header group then its body (and a chain body is spliced too). Celery rewrites
+``chain(a, group(b, c), d)`` into ``chain(a, chord([b, c], d))``, and this rule names both
+alike: ``0:a``, ``1.0:b``, ``1.1:c``, ``2:d``. So a chord at chain position ``p`` has header
+members ``p.<i>`` and body ``p+1``; anywhere else (at the top level, inside a group) a chord
+is read as that chain, so its header members are ``<pos>.0.<i>`` and its body ``<pos>.1``.
+At the top level the canvas itself is the container: a single signature is ``0:<op>``, a
+group's members and a chain's members are ``0:``, ``1:``, ...
+"""
+
+from dataclasses import dataclass
+
+from celery.canvas import Signature, _chain, _chord, group
+
+from workflows_app.engine.graph import GraphError, Input, NodeSpec, validate
+
+STEP_OPTIONS = ("max_retries", "retry_interval", "timeout")
+SIGNATURE_OPTIONS = {"queue", "step", *STEP_OPTIONS}
+# Options that change when or after what a task runs: honouring them would bypass the graph.
+REFUSED_OPTIONS = {
+    "countdown": "Switchyard schedules in the database: use ctx.sleep() before run_canvas",
+    "eta": "Switchyard schedules in the database: use ctx.sleep() before run_canvas",
+    "link": "callbacks are not supported: chain the callback after the signature instead",
+    "link_error": "error callbacks are not supported: catch StepFailed around run_canvas instead",
+}
+
+# Celery's own canvas tasks (chunks, xmap and xstarmap are Signature subclasses that set no
+# subtask_type, so once serialised they come back as plain signatures of these tasks).
+_BUILTIN_TASKS = {"celery.chunks": "chunks", "celery.map": "xmap", "celery.starmap": "xstarmap"}
+
+
+@dataclass(frozen=True)
+class CompiledCanvas:
+    """The nodes of a canvas (in canvas order) and its ``output``: what ``run_canvas`` returns,
+    resolved from the nodes' results (a chain its last result, a group the list, a chord the
+    body's result)."""
+
+    nodes: list[NodeSpec]
+    output: Input
+
+
+def compile_canvas(sig, operation_name_of=None):
+    """Compile a Celery signature, chain, group or chord into a :class:`CompiledCanvas`.
+
+    ``operation_name_of(signature)`` gives a plain signature's registered operation name, or
+    raises ``GraphError`` for one that is not an operation; by default ``signature.task``.
+    Raises ``GraphError`` for what Switchyard cannot run as Celery would: other canvas types
+    (``chunks``, ``xmap``...), empty groups and chains, callbacks, ``countdown``/``eta``,
+    options or partial arguments on a chain/group/chord, and duplicate step names.
+    """
+    compiler = _Compiler(operation_name_of or (lambda s: s.task))
+    sig = _signature(sig)
+    if isinstance(sig, group):
+        output = compiler.group(_members(sig), (), (), None)
+    else:
+        output = compiler.chain(_chain_elements(sig), (), (), None)
+    validate(compiler.nodes)
+    return CompiledCanvas(compiler.nodes, output)
+
+
+class _Compiler:
+    """Appends the nodes of each part; every method returns the part's output (an Input).
+
+    ``deps`` and ``input`` are what the part receives from the element before it."""
+
+    def __init__(self, operation_name_of):
+        self.operation_name_of = operation_name_of
+        self.nodes = []
+
+    def chain(self, elements, pos, deps, input):
+        for i, element in enumerate(elements):
+            if isinstance(element, list):
+                output = self.group(element, pos + (i,), deps, input)
+            else:
+                output = self.signature(element, pos + (i,), deps, input)
+            # The next member waits for everything this one produced, and reads it.
+            deps, input = output.names(), output
+        return output
+
+    def group(self, members, pos, deps, input):
+        outputs = []
+        for i, member in enumerate(members):
+            member = _signature(member)
+            if isinstance(member, group):
+                outputs.extend(self.group(_members(member), pos + (i,), deps, input).items)
+            elif isinstance(member, (_chain, _chord)):
+                outputs.append(self.chain(_chain_elements(member), pos + (i,), deps, input))
+            else:
+                outputs.append(self.signature(member, pos + (i,), deps, input))
+        return Input.list_of(outputs)
+
+    def signature(self, sig, pos, deps, input):
+        kind = _BUILTIN_TASKS.get(sig.task) or (type(sig).__name__ if type(sig) is not Signature else None)
+        if kind:
+            raise GraphError(f"{kind} is not supported in a canvas: use signatures, chains, groups and chords")
+        operation = self.operation_name_of(sig)
+        options = dict(sig.options)
+        _check_options(options, SIGNATURE_OPTIONS, f"signature {operation!r}")
+        step, queue = options.get("step"), options.get("queue")
+        if step is not None and (not isinstance(step, str) or not step):
+            raise GraphError(f"step= of signature {operation!r} must be a non-empty string, not {step!r}")
+        if queue is not None and not isinstance(queue, str):
+            raise GraphError(f"queue= of signature {operation!r} must be a queue name, not {queue!r}")
+        name = step or f"{'.'.join(map(str, pos))}:{operation}"
+        self.nodes.append(NodeSpec(
+            name=name, operation=operation, args=tuple(sig.args or ()), kwargs=dict(sig.kwargs or {}),
+            agent=queue, depends_on=tuple(deps), input=None if sig.immutable else input,
+            options={key: options[key] for key in STEP_OPTIONS if options.get(key) is not None},
+        ))
+        return Input.of(name)
+
+
+def _chain_elements(sig):
+    """``sig`` read as the members of a chain, the way Celery runs it: a list of plain
+    signatures and of lists (a group's members). Nested chains are spliced in, a one-member
+    group is its member, and a chord is its header then its body's elements."""
+    sig = _signature(sig)
+    if isinstance(sig, _chord):
+        _check_container(sig, "chord")
+        if sig.body is None:
+            raise GraphError("a chord needs a body")
+        return [_members(sig)] + _chain_elements(sig.body)
+    if isinstance(sig, _chain):
+        _check_container(sig, "chain")
+        if not sig.tasks:
+            raise GraphError("an empty chain cannot run")
+        return [element for task in sig.tasks for element in _chain_elements(task)]
+    if isinstance(sig, group):
+        members = _members(sig)
+        # Celery unrolls a one-member group in a chain: the next member gets a value, not a list.
+        return _chain_elements(members[0]) if len(members) == 1 else [members]
+    return [sig]
+
+
+def _members(sig):
+    """The members of a group, or the header of a chord, as a list (never empty)."""
+    kind = "chord" if isinstance(sig, _chord) else "group"
+    _check_container(sig, kind)
+    tasks = sig.tasks.tasks if isinstance(sig.tasks, group) else sig.tasks
+    members = list(tasks or ())
+    if not members:
+        raise GraphError(f"an empty {kind} {'header ' if kind == 'chord' else ''}cannot run")
+    return members
+
+
+def _signature(sig):
+    """A canvas part as a Signature (Celery's serialised dict form is accepted too)."""
+    if isinstance(sig, Signature):
+        return sig
+    if isinstance(sig, dict) and "task" in sig:
+        return Signature.from_dict(sig)
+    raise GraphError(f"not a Celery signature: {sig!r}")
+
+
+def _check_container(sig, kind):
+    # Celery applies a container's options and partial arguments differently per kind (a
+    # chain's reach only its first task): rather than guess, ask for them on the signatures.
+    _check_options(dict(sig.options), set(), kind)
+    if sig.args or (kind == "chord" and sig.kwargs.get("kwargs")):
+        raise GraphError(f"partial arguments on a {kind} are not supported: give them to its signatures")
+
+
+def _check_options(options, allowed, what):
+    for key in options:
+        if key in REFUSED_OPTIONS:
+            raise GraphError(f"{key}= on {what} is not supported: {REFUSED_OPTIONS[key]}")
+        if key not in allowed:
+            supported = ", ".join(sorted(allowed)) if allowed else "none; set options on its signatures"
+            raise GraphError(f"option {key}= on {what} is not supported (supported: {supported})")

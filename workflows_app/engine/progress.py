@@ -1,0 +1,152 @@
+"""How an execution's graph moves on: sending ready operations, recording results and
+failures with the retry policy, counting fan-in in the database, and deciding when the
+workflow function must run again.
+
+A result is recorded under the execution's row lock, so that the count of dependencies and
+the decision "nothing left in flight: wake the workflow" cannot race with another completion
+or with a dispatcher adding steps.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from workflows_app import dispatch
+from workflows_app.errors import TransitionRefused
+from workflows_app.models import Execution, Operation, OperationDependency
+from workflows_app.states import (
+    EventType,
+    ExecutionStatus,
+    FailureMode,
+    OperationState,
+)
+from workflows_app.transitions import operation_transition, record_event
+
+logger = logging.getLogger(__name__)
+
+IN_FLIGHT_OR_WAITING = (OperationState.SENDING, OperationState.SENT, OperationState.STARTED, OperationState.RESCHEDULED)
+
+
+def has_failure(execution) -> bool:
+    return Operation.objects.filter(execution_id=execution.pk, state=OperationState.FAILED).exists()
+
+
+def allows_new_calls(execution) -> bool:
+    """Whether a new operation (or a retry, which is a new call) may start now (SPEC §7)."""
+    if execution.status != ExecutionStatus.STARTED:
+        return False
+    if execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE:
+        return True
+    return not has_failure(execution)
+
+
+def send(operation):
+    """pending/rescheduled -> sending, and the message after commit."""
+    operation_transition(operation, OperationState.SENDING)
+    transaction.on_commit(lambda: dispatch.send_operation(operation))
+
+
+def send_ready(execution, operations):
+    """Send those of ``operations`` whose dependencies all succeeded, if new calls may start."""
+    if not operations or not allows_new_calls(execution):
+        return
+    for operation in operations:
+        if operation.state == OperationState.PENDING and operation.pending_dependencies == 0:
+            send(operation)
+
+
+def can_progress(execution) -> bool:
+    """Something of the execution is in flight, waits for a retry, or may be sent now."""
+    ops = Operation.objects.filter(execution_id=execution.pk)
+    if ops.filter(state__in=IN_FLIGHT_OR_WAITING).exists():
+        return True
+    return allows_new_calls(execution) and ops.filter(state=OperationState.PENDING, pending_dependencies=0).exists()
+
+
+def _lock_execution(execution_id):
+    return Execution.objects.select_for_update().get(pk=execution_id)
+
+
+def record_success(operation, attempt, result):
+    """Record an attempt's result; count down its dependents; send those now ready."""
+    with transaction.atomic():
+        execution = _lock_execution(operation.execution_id)
+        try:
+            operation_transition(operation, OperationState.SUCCEEDED, attempt=attempt, result=result, error=None)
+        except TransitionRefused as refused:
+            return _stale(operation, attempt, refused, {"result": result})
+        dependent_ids = OperationDependency.objects.filter(depends_on_id=operation.pk).values("operation_id")
+        Operation.objects.filter(pk__in=dependent_ids).update(pending_dependencies=F("pending_dependencies") - 1)
+        ready = list(Operation.objects.filter(pk__in=dependent_ids, state=OperationState.PENDING, pending_dependencies=0))
+        send_ready(execution, ready)
+        if operation.awaited or not can_progress(execution):
+            transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+    return True
+
+
+def record_failure(operation, attempt, error, *, retryable, retry_after=None):
+    """Record a failed attempt: ``rescheduled`` when the policy allows a retry, else ``failed``.
+
+    ``error`` is ``{"type", "message", "traceback"}``. A retry is a new call: not while the
+    execution is cancelling, nor in no_new_calls/fail_fast once another operation failed.
+    """
+    with transaction.atomic():
+        execution = _lock_execution(operation.execution_id)
+        out_of_retries = operation.max_retries != -1 and operation.current_retries >= operation.max_retries
+        if retryable and not out_of_retries and allows_new_calls(execution):
+            delay = retry_after if retry_after is not None else operation.retry_interval * operation.retry_backoff ** operation.current_retries
+            target, fields = OperationState.RESCHEDULED, {
+                "current_retries": operation.current_retries + 1,
+                "next_attempt_at": timezone.now() + timedelta(seconds=max(0.0, delay)),
+            }
+        else:
+            target, fields = OperationState.FAILED, {}
+        try:
+            operation_transition(operation, target, attempt=attempt, error=error, message=error.get("message", "")[:500], **fields)
+        except TransitionRefused as refused:
+            return _stale(operation, attempt, refused, {"error": error})
+        if target == OperationState.FAILED:
+            transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+    return True
+
+
+def _stale(operation, attempt, refused, data):
+    """A report that changes nothing: kept as a ``stale_report`` event with what it said."""
+    record_event(operation.execution_id, EventType.STALE_REPORT, f"report for attempt {attempt} ignored: {refused}",
+                 {"attempt": attempt, **data}, operation=operation.name)
+    return False
+
+
+def send_due_retries(now=None, limit=500):
+    """Send every rescheduled operation whose ``next_attempt_at`` has passed (the tick)."""
+    now = now or timezone.now()
+    due = Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__lte=now).values_list("pk", "execution_id")[:limit]
+    sent = 0
+    for pk, execution_id in due:
+        with transaction.atomic():
+            execution = _lock_execution(execution_id)
+            operation = Operation.objects.get(pk=pk)
+            if operation.state != OperationState.RESCHEDULED:
+                continue
+            if allows_new_calls(execution):
+                send(operation)
+                sent += 1
+            elif execution.status == ExecutionStatus.STARTED:
+                # Another operation failed meanwhile: the retry is a new call it may not make.
+                operation_transition(operation, OperationState.FAILED, message="not retried: another operation failed")
+                transaction.on_commit(lambda: dispatch.send_advance(execution_id))
+    return sent
+
+
+def cancel_operations(execution, states, message, error=None):
+    """Mark the execution's operations in ``states`` cancelled (cancel first, terminate after)."""
+    for operation in Operation.objects.filter(execution_id=execution.pk, state__in=states):
+        fields = {"error": error} if error is not None else {}
+        try:
+            operation_transition(operation, OperationState.CANCELLED, message=message, **fields)
+        except TransitionRefused:
+            pass  # it finished meanwhile: its own terminal event stands
+

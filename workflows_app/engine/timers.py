@@ -1,0 +1,88 @@
+"""The manager's tick: the safety net for every stored deadline and every lost message.
+
+Each pass is idempotent (every change is a compare-and-set), so any number of managers may
+tick at once.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.utils import timezone
+
+from agents.models import Agent
+from workflows_app import dispatch
+from workflows_app.conf import workflows_settings
+from workflows_app.engine import progress
+from workflows_app.models import Execution, Operation
+from workflows_app.states import ExecutionStatus, OperationState
+
+logger = logging.getLogger(__name__)
+
+#: A message older than this with nothing to show for it is sent again.
+RESEND_AFTER_SECONDS = 30
+
+
+#: The sweep for lost messages is heavier and rarely finds anything: not on every tick.
+SWEEP_EVERY_SECONDS = 10
+_last_sweep = None
+
+
+def tick(now=None):
+    global _last_sweep
+    now = now or timezone.now()
+    progress.send_due_retries(now)
+    fail_timed_out_operations(now)
+    fail_operations_of_offline_agents(now)
+    wake_due_executions(now)
+    if _last_sweep is None or (now - _last_sweep).total_seconds() >= SWEEP_EVERY_SECONDS:
+        _last_sweep = now
+        resend_stuck_messages(now)
+
+
+def fail_timed_out_operations(now):
+    """An operation's timeout, measured from its stored start, fails the attempt (retryable)."""
+    overdue = Operation.objects.filter(state=OperationState.STARTED, timeout__isnull=False)
+    for operation in overdue.select_related(None):
+        if operation.started_at + timedelta(seconds=operation.timeout) <= now:
+            progress.record_failure(operation, operation.attempt, {
+                "type": "OperationTimeout", "message": f"no result within its timeout of {operation.timeout}s", "traceback": ""},
+                retryable=True)
+
+
+def fail_operations_of_offline_agents(now):
+    """An agent silent for AGENT_OFFLINE_AFTER_SECONDS: its started operations were lost."""
+    threshold = now - timedelta(seconds=workflows_settings.AGENT_OFFLINE_AFTER_SECONDS)
+    offline = Agent.objects.filter(last_heartbeat__lt=threshold).values("name")
+    for operation in Operation.objects.filter(state=OperationState.STARTED, agent__in=offline):
+        progress.record_failure(operation, operation.attempt, {
+            "type": "WorkerLost", "message": f"agent {operation.agent} went offline", "traceback": ""}, retryable=True)
+
+
+def wake_due_executions(now):
+    """Executions whose own deadline passed (timeout, wait_after_fail) are advanced; so is one
+    that can make no progress (its wake-up message was lost)."""
+    started = Execution.objects.filter(status=ExecutionStatus.STARTED)
+    due = set()
+    for execution in started.filter(timeout__isnull=False).only("pk", "started_at", "timeout"):
+        if execution.started_at + timedelta(seconds=execution.timeout) <= now:
+            due.add(execution.pk)
+    failing = Operation.objects.filter(execution__status=ExecutionStatus.STARTED, state=OperationState.FAILED)
+    for execution_id, failed_at, wait in failing.values_list("execution_id", "failed_at", "execution__wait_after_fail"):
+        if failed_at + timedelta(seconds=wait) <= now:
+            due.add(execution_id)
+    for pk in due:
+        dispatch.send_advance(pk)
+
+
+def resend_stuck_messages(now):
+    """Lost messages are sent again from database state: a pending execution's start, an
+    operation stuck in ``sending`` (same attempt: the agent drops a duplicate), and a started
+    execution that nothing in flight will ever wake."""
+    stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
+    for pk in Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale).values_list("pk", flat=True):
+        dispatch.send_advance(pk)
+    for operation in Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale):
+        dispatch.send_operation(operation)
+    for execution in Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale):
+        if not progress.can_progress(execution):
+            dispatch.send_advance(execution.pk)

@@ -1,0 +1,43 @@
+"""The bundled example workflows (the default ``SWITCHYARD_WORKFLOW_MODULES``)."""
+
+import time
+
+from celery import chain, group
+
+from workflows_app.sdk import RecoverableError, operation, workflow
+
+
+@operation
+def add(ctx, x, y=0):
+    return x + y
+
+
+@operation
+def xsum(ctx, numbers):
+    return sum(numbers)
+
+
+@operation(max_retries=3, retry_interval=0.5)
+def flaky(ctx, failures=1):
+    """Fails ``failures`` times with a RecoverableError, then succeeds."""
+    if ctx.attempt <= failures:
+        raise RecoverableError(f"attempt {ctx.attempt} failed on purpose")
+    return ctx.attempt
+
+
+@operation
+def pause(ctx, seconds=1.0):
+    time.sleep(seconds)
+    return seconds
+
+
+@workflow
+def demo(ctx, n=3):
+    """A canvas (chain, group, chord) and an imperative step with a retry."""
+    total = ctx.run_canvas(chain(add.s(1, 2), group(add.s(10), add.s(20)), xsum.s()))
+    attempts = ctx.await_execute("flaky", flaky, failures=1)
+    fan = ctx.graph()
+    steps = [fan.add(f"fan-{i}", add, i, i) for i in range(n)]
+    fan.add("fan-in", pause, 0.1, depends_on=steps)
+    results = fan.run()
+    ctx.set_payload({"canvas": total, "flaky_attempts": attempts, "fan": [results[s] for s in steps]})

@@ -1,0 +1,43 @@
+"""``manage.py run_manager``: a Celery worker on the management queue that runs dispatchers
+(and operations that name no agent), plus the tick that keeps every stored deadline."""
+
+import socket
+import uuid
+
+from celery.signals import worker_ready
+from django.core.management.base import BaseCommand
+
+from agents.lifecycle import Ticker, begin
+from switchyard.celery import app
+from workflows_app import dispatch
+from workflows_app.conf import workflows_settings
+from workflows_app.engine.timers import tick
+from workflows_app.models import Execution
+from workflows_app.registry import load_workflow_modules
+from workflows_app.states import EXECUTION_RUNNING
+
+TICK_SECONDS = 0.5
+
+
+class Command(BaseCommand):
+    help = "Run a manager: dispatchers of executions and operations with no agent."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--concurrency", type=int, default=None)
+        parser.add_argument("--loglevel", default="INFO")
+
+    def handle(self, *args, concurrency, loglevel, **options):
+        load_workflow_modules()
+        queue = workflows_settings.MANAGEMENT_QUEUE
+        # Any manager carries on every running execution: nothing belongs to one process.
+        for pk in Execution.objects.filter(status__in=EXECUTION_RUNNING).values_list("pk", flat=True):
+            dispatch.send_advance(pk)
+        begin(queue, register=False)
+        ticker = Ticker(tick, TICK_SECONDS)
+        # Threads start once the pool has forked, so no pool process inherits their connections.
+        worker_ready.connect(lambda **kw: ticker.start(), weak=False)
+        argv = ["worker", "--queues", queue, "--hostname", f"manager-{uuid.uuid4().hex[:8]}@{socket.gethostname()}",
+                "--loglevel", loglevel, "--without-gossip", "--without-mingle", "--task-events"]
+        if concurrency:
+            argv += ["--concurrency", str(concurrency)]
+        app.worker_main(argv)

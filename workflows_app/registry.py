@@ -1,0 +1,168 @@
+"""Workflows and operations by name, and the loading of ``SWITCHYARD_WORKFLOW_MODULES``.
+
+``@workflow`` and ``@operation`` (re-exported by :mod:`workflows_app.sdk`) register here at
+import. Every process imports the configured modules at start-up (``AppConfig.ready``), so a
+name means the same code on the manager, the agents and the API.
+"""
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+
+from celery import signature
+from django.conf import settings
+
+from workflows_app.errors import ParameterError, RegistrationError
+from workflows_app.states import ExecutionStatus, FailureMode
+
+_workflows: dict = {}
+_operations: dict = {}
+_loaded: set = set()
+
+
+@dataclass(eq=False)
+class OperationDef:
+    """A registered operation: ``func(ctx, *args, **kwargs)`` run on an agent."""
+
+    name: str
+    func: object
+    max_retries: int | None = None
+    retry_interval: float | None = None
+    retry_backoff: float = 1.0
+    retry_for: tuple = ()
+    timeout: float | None = None
+
+    def __call__(self, *args, **kwargs):
+        return self.func(*args, **kwargs)
+
+    def s(self, *args, **kwargs):
+        """A Celery signature of this operation, for ``ctx.run_canvas``."""
+        return signature(self.name, args=args, kwargs=kwargs)
+
+    def si(self, *args, **kwargs):
+        """An immutable signature: it does not receive the previous step's result."""
+        return signature(self.name, args=args, kwargs=kwargs, immutable=True)
+
+
+@dataclass(eq=False)
+class WorkflowDef:
+    """A registered workflow: ``func(ctx, **parameters)`` run by a dispatcher on a manager."""
+
+    name: str
+    func: object
+    failure_mode: str | None = None
+    timeout: float | None = None
+    on_unhandled: str = "fail"
+    listeners: dict = field(default_factory=dict)
+
+    def __call__(self, *args, **kwargs):
+        return self.func(*args, **kwargs)
+
+    def parameters(self) -> list[dict]:
+        """The workflow's parameters: name, required, default (the function's signature less ctx)."""
+        found = []
+        for param in list(inspect.signature(self.func).parameters.values())[1:]:
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            required = param.default is param.empty
+            found.append({"name": param.name, "required": required, "default": None if required else param.default})
+        return found
+
+    def check_parameters(self, parameters: dict):
+        """Raise ``ParameterError`` for a missing required or an unknown parameter."""
+        if not isinstance(parameters, dict):
+            raise ParameterError("parameters must be an object")
+        declared = {p["name"]: p for p in self.parameters()}
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(self.func).parameters.values())
+        unknown = sorted(set(parameters) - set(declared)) if not takes_any else []
+        missing = sorted(n for n, p in declared.items() if p["required"] and n not in parameters)
+        problems = ([f"unknown parameter(s): {', '.join(unknown)}"] if unknown else []) + (
+            [f"missing required parameter(s): {', '.join(missing)}"] if missing else [])
+        if problems:
+            raise ParameterError(f"workflow {self.name!r}: " + "; ".join(problems))
+
+    def _listener(status):
+        def register(self, fn):
+            self.listeners.setdefault(status, []).append(fn)
+            return fn
+
+        register.__name__ = f"on_{status}"
+        return register
+
+    on_success = _listener(ExecutionStatus.COMPLETED)
+    on_failure = _listener(ExecutionStatus.FAILED)
+    on_cancellation = _listener(ExecutionStatus.CANCELLED)
+    on_timeout = _listener(ExecutionStatus.TIMED_OUT)
+    del _listener
+
+
+def _register(table, kind, definition):
+    existing = table.get(definition.name)
+    if existing is not None and existing.func is not definition.func:
+        where = f"{existing.func.__module__}.{existing.func.__qualname__}"
+        raise RegistrationError(f"{kind} {definition.name!r} is registered twice (first by {where}); pass name= to tell them apart")
+    table[definition.name] = definition
+    return definition
+
+
+def operation(func=None, *, name=None, max_retries=None, retry_interval=None, retry_backoff=1.0, retry_for=(), timeout=None):
+    """Register an operation; works with and without parentheses."""
+
+    def wrap(fn):
+        return _register(_operations, "operation", OperationDef(
+            name=name or fn.__name__, func=fn, max_retries=max_retries, retry_interval=retry_interval,
+            retry_backoff=retry_backoff, retry_for=tuple(retry_for), timeout=timeout))
+
+    return wrap(func) if func is not None else wrap
+
+
+def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhandled="fail"):
+    """Register a workflow; works with and without parentheses."""
+    if failure_mode is not None and failure_mode not in FailureMode.values:
+        raise RegistrationError(f"failure_mode must be one of {FailureMode.values}, not {failure_mode!r}")
+    if on_unhandled not in ("fail", "retry"):
+        raise RegistrationError(f"on_unhandled must be 'fail' or 'retry', not {on_unhandled!r}")
+
+    def wrap(fn):
+        return _register(_workflows, "workflow", WorkflowDef(
+            name=name or fn.__name__, func=fn, failure_mode=failure_mode, timeout=timeout, on_unhandled=on_unhandled))
+
+    return wrap(func) if func is not None else wrap
+
+
+def load_workflow_modules(modules=None):
+    """Import the workflow modules (``SWITCHYARD_WORKFLOW_MODULES`` by default), once each."""
+    for module in modules if modules is not None else settings.SWITCHYARD_WORKFLOW_MODULES:
+        if module not in _loaded:
+            importlib.import_module(module)
+            _loaded.add(module)
+
+
+def get_workflow(name) -> WorkflowDef:
+    load_workflow_modules()
+    try:
+        return _workflows[name]
+    except KeyError:
+        raise RegistrationError(f"no workflow named {name!r} is registered") from None
+
+
+def get_operation(name) -> OperationDef:
+    load_workflow_modules()
+    try:
+        return _operations[name]
+    except KeyError:
+        raise RegistrationError(f"no operation named {name!r} is registered") from None
+
+
+def operation_name(op) -> str:
+    """The registered name of ``op``: an ``OperationDef`` or a name."""
+    if isinstance(op, OperationDef):
+        return op.name
+    if isinstance(op, str):
+        return get_operation(op).name
+    raise RegistrationError(f"{op!r} is not a registered operation (decorate it with @operation)")
+
+
+def workflows() -> dict:
+    load_workflow_modules()
+    return dict(_workflows)

@@ -1,0 +1,25 @@
+"""The public surface for workflow authors.
+
+    from workflows_app.sdk import workflow, operation, RecoverableError, NonRecoverableError
+"""
+
+from workflows_app.errors import (
+    EventTimeout,
+    NonRecoverableError,
+    OperationCancelled,
+    RecoverableError,
+    StepFailed,
+)
+from workflows_app.registry import operation, workflow
+
+__all__ = [
+    # registration
+    "workflow",
+    "operation",
+    # errors
+    "RecoverableError",
+    "NonRecoverableError",
+    "OperationCancelled",
+    "EventTimeout",
+    "StepFailed",
+]
