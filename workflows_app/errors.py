@@ -15,6 +15,7 @@
     │   └── StaleAttempt              a report for an attempt that is no longer current
     ├── ConfigurationError            WORKFLOWS settings that cannot work
     ├── RegistrationError             a workflow or operation registered twice, or not registered
+    ├── GraphError (also ValueError)  a graph or canvas that cannot run (engine.graph)
     └── ParameterError                execution parameters that do not fit the workflow
 
 Every error pickles with its attributes (it may cross a process boundary in a Celery result).

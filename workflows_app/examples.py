@@ -32,12 +32,13 @@ def pause(ctx, seconds=1.0):
 
 
 @workflow
-def demo(ctx, n=3):
-    """A canvas (chain, group, chord) and an imperative step with a retry."""
-    total = ctx.run_canvas(chain(add.s(1, 2), group(add.s(10), add.s(20)), xsum.s()))
-    attempts = ctx.await_execute("flaky", flaky, failures=1)
+def demo(ctx, n=3, agent="local"):
+    """A canvas (chain, group, chord) on the manager, an imperative step with a retry, and a
+    fan-out/fan-in graph on the agent ``agent`` (``standalone`` runs one named ``local``)."""
+    total = ctx.run_canvas(chain(add.s(1, 2), group(add.s(10), add.s(20).set(queue=agent)), xsum.s()))
+    attempts = ctx.await_execute("flaky", flaky, failures=1, agent=agent)
     fan = ctx.graph()
-    steps = [fan.add(f"fan-{i}", add, i, i) for i in range(n)]
+    steps = [fan.add(f"fan-{i}", add, i, i, agent=agent) for i in range(n)]
     fan.add("fan-in", pause, 0.1, depends_on=steps)
     results = fan.run()
     ctx.set_payload({"canvas": total, "flaky_attempts": attempts, "fan": [results[s] for s in steps]})

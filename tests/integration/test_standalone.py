@@ -47,7 +47,13 @@ def var_dir(tmp_path):
     embedded_redis.stop(tmp_path / "var")
 
 
-def test_standalone_serves_admin_and_flower_and_stops_everything_on_ctrl_c(var_dir, tmp_path):
+def manage(env, *args):
+    done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_standalone_runs_the_demo_serves_admin_and_flower_and_stops_everything_on_ctrl_c(var_dir, tmp_path):
     web, flower = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}}
     env["SWITCHYARD_VAR_DIR"] = str(var_dir)
@@ -57,8 +63,14 @@ def test_standalone_serves_admin_and_flower_and_stops_everything_on_ctrl_c(var_d
     try:
         wait_for(lambda: get(f"http://127.0.0.1:{web}/admin/login/") == 200, 60, "the admin login page")
         wait_for(lambda: get(f"http://127.0.0.1:{flower}/") == 200, 60, "Flower")
+        # The demo workflow runs to its end on the stack's own manager and agent.
+        wait_for(lambda: "completed" in manage(env, "list_executions", "--status", "completed"), 90, "the demo to complete")
+        demo_id = manage(env, "list_executions").split()[0]
+        events = manage(env, "tail_events", demo_id)
+        assert "workflow_completed" in events and "task_rescheduled" in events
+
         children = psutil.Process(proc.pid).children(recursive=True)
-        assert len(children) >= 2
+        assert len(children) >= 4
         log.seek(0)
         output = log.read()
         assert "user admin, password " in output

@@ -1,7 +1,8 @@
 """``manage.py standalone``: the whole local stack in one command (compare ``airflow standalone``).
 
 Starts the embedded Redis (when no broker is configured), applies migrations, makes sure an ``admin`` user exists and prints its password, then runs the
-web server (API and admin) and Flower as child processes, each in its own process group.
+web server (API and admin), a manager, one agent named ``local`` and Flower as child
+processes, and starts the bundled ``demo`` workflow, each in its own process group.
 Ctrl-C stops all of it gracefully.
 """
 
@@ -15,6 +16,7 @@ from django.core.management.base import BaseCommand
 
 from switchyard import embedded_redis
 from switchyard.supervisor import Child, Supervisor
+from workflows_app import services
 
 PASSWORD_FILE = "standalone_admin_password.txt"
 
@@ -27,8 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--flower-port", type=int, default=5555)
         parser.add_argument("--no-flower", action="store_true", help="do not start Flower")
+        parser.add_argument("--no-demo", action="store_true", help="do not start the demo workflow")
+        parser.add_argument("--concurrency", type=int, default=2, help="pool size of the manager and of the agent")
 
-    def handle(self, *args, address, port, flower_port, no_flower, **options):
+    def handle(self, *args, address, port, flower_port, no_flower, no_demo, concurrency, **options):
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         # The embedded Redis belongs to the stack: stopped with it, unless it was already
         # running for someone else before this command started.
@@ -40,7 +44,11 @@ class Command(BaseCommand):
         password = self._admin_password()
 
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        children = [Child("web", manage + ["runserver", "--noreload", f"{address}:{port}"])]
+        children = [
+            Child("web", manage + ["runserver", "--noreload", f"{address}:{port}"]),
+            Child("manager", manage + ["run_manager", f"--concurrency={concurrency}"]),
+            Child("agent", manage + ["run_agent", "local", f"--concurrency={concurrency}"]),
+        ]
         if not no_flower:
             children.append(Child("flower", manage + ["run_flower", f"--address={address}", f"--port={flower_port}"]))
         supervisor = Supervisor(children, cwd=settings.BASE_DIR, out=self.stdout)
@@ -51,6 +59,10 @@ class Command(BaseCommand):
             + (f"  flower  http://{address}:{flower_port}/\n" if not no_flower else "")
             + "Press Ctrl-C to stop.\n"
         )
+        if not no_demo:
+            execution = services.start("demo", created_by="standalone")
+            self.stdout.write(f"demo workflow started: execution {execution.pk}\n"
+                              f"  follow it: python manage.py tail_events {execution.pk} --follow\n")
         status = supervisor.wait()
         if own_redis:
             embedded_redis.stop(settings.VAR_DIR)
