@@ -10,6 +10,7 @@ from workflows_app.errors import (
     RecoverableError,
     StepFailed,
 )
+from workflows_app.engine.listeners import register_status_listener, unregister_status_listener
 from workflows_app.registry import operation, workflow
 
 __all__ = [
@@ -22,4 +23,7 @@ __all__ = [
     "OperationCancelled",
     "EventTimeout",
     "StepFailed",
+    # lifecycle listeners
+    "register_status_listener",
+    "unregister_status_listener",
 ]

@@ -1,0 +1,53 @@
+"""Lifecycle listeners (Axon's): called after an execution's status change is committed.
+
+``@wf.on_success`` / ``on_failure`` / ``on_cancellation`` / ``on_timeout`` and
+``register_status_listener(status, fn, workflow=None)`` are called ``fn(status, ctx)``. A
+listener that raises is recorded as a ``listener_failed`` event and changes nothing.
+"""
+
+import logging
+
+from django.dispatch import receiver
+
+from workflows_app.errors import RegistrationError
+from workflows_app.models import Operation
+from workflows_app.signals import execution_status_changed
+from workflows_app.states import EventType, ExecutionStatus
+
+logger = logging.getLogger(__name__)
+
+_status_listeners = []  # (status, fn, workflow name or None)
+
+
+def register_status_listener(status, fn, workflow=None):
+    """Call ``fn(status, ctx)`` whenever an execution (of ``workflow``, or any) enters ``status``."""
+    _status_listeners.append((ExecutionStatus(status), fn, workflow))
+    return fn
+
+
+def unregister_status_listener(status, fn, workflow=None):
+    _status_listeners.remove((ExecutionStatus(status), fn, workflow))
+
+
+@receiver(execution_status_changed, dispatch_uid="switchyard-lifecycle-listeners")
+def _call_listeners(sender, execution, source, target, **kwargs):
+    from workflows_app.engine.context import WorkflowContext
+    from workflows_app.registry import get_workflow
+    from workflows_app.transitions import record_event
+
+    listeners = [fn for status, fn, wf in _status_listeners if status == target and wf in (None, execution.workflow_id)]
+    try:
+        listeners += get_workflow(execution.workflow_id).listeners.get(target, [])
+    except RegistrationError:
+        pass
+    if not listeners:
+        return
+    ctx = WorkflowContext(execution, Operation.objects.filter(execution_id=execution.pk))
+    for fn in listeners:
+        try:
+            fn(ExecutionStatus(target), ctx)
+        except Exception as exc:
+            name = getattr(fn, "__qualname__", repr(fn))
+            logger.exception("listener %s failed", name)
+            record_event(execution.pk, EventType.LISTENER_FAILED, f"{name} raised {type(exc).__name__}: {exc}",
+                         {"listener": name, "status": ExecutionStatus(target).value})
