@@ -92,9 +92,16 @@ def _claim(operation, attempt) -> bool:
             progress.record_failure(operation, attempt, _lost_error("its worker process was lost"), retryable=True)
             return False
         return _drop(operation, attempt, "a duplicate delivery of a started attempt")
-    try:
-        if operation.state == OperationState.SENDING:  # the message overtook the sender's own write
+    if operation.state == OperationState.SENDING:
+        # The message overtook the sender's own sending -> sent write; the two race, and
+        # whichever loses must not drop the attempt: either way it is now sent.
+        try:
             operation_transition(operation, OperationState.SENT, attempt=attempt)
+        except TransitionRefused:
+            operation.refresh_from_db(fields=["state", "attempt", "incarnation"])
+            if operation.attempt != attempt or operation.state != OperationState.SENT:
+                return _drop(operation, attempt, f"it is {operation.state} (attempt {operation.attempt}) now")
+    try:
         operation_transition(operation, OperationState.STARTED, attempt=attempt, incarnation=local.incarnation(),
                              data={"agent": local.name(), "incarnation": local.incarnation(), "pid": os.getpid()})
     except TransitionRefused as refused:

@@ -1,0 +1,257 @@
+"""Workflows and operations of the integration tests (``SWITCHYARD_WORKFLOW_MODULES=tests.workflows``).
+
+Every name carries the prefix ``it_`` so that nothing here collides with the bundled examples
+(which the test process has loaded too). An operation that takes a ``tag`` appends one JSON
+line per invocation to ``$SWITCHYARD_TEST_MARKERS/<tag>``: the tests count real invocations
+from those files, independently of what the engine records.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from celery import chain, chord, group
+
+from workflows_app.sdk import NonRecoverableError, RecoverableError, operation, workflow
+
+MARKERS_ENV = "SWITCHYARD_TEST_MARKERS"
+#: Set by run_agent / run_manager in their processes (agents.local.NAME_ENV).
+AGENT_ENV = "SWITCHYARD_AGENT_NAME"
+
+
+def here() -> str:
+    """The agent (queue) this process serves."""
+    return os.environ.get(AGENT_ENV, "")
+
+
+def _marker_path(tag):
+    directory = os.environ.get(MARKERS_ENV)
+    return Path(directory) / str(tag).replace("/", "%2F") if directory else None
+
+
+def invocations(tag) -> int:
+    path = _marker_path(tag)
+    try:
+        return sum(1 for line in path.read_text().splitlines() if line.strip()) if path else 0
+    except FileNotFoundError:
+        return 0
+
+
+def mark(ctx, tag, **extra) -> int:
+    """Append this invocation to the marker file of ``tag``; returns how many there are now."""
+    path = _marker_path(tag)
+    if path is None:
+        return 0
+    line = json.dumps({"agent": here(), "pid": os.getpid(), "pgid": os.getpgrp(), "time": time.time(),
+                       "attempt": getattr(ctx, "attempt", None), **extra})
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+    return invocations(tag)
+
+
+# --- operations --------------------------------------------------------------------------
+
+@operation(name="it_step", max_retries=0)
+def step(ctx, tag, sleep=0.0, fail=None, sleep_first_only=False, value=None, spawn=False):
+    """Marks ``tag``, sleeps ``sleep`` s (only on the first invocation with
+    ``sleep_first_only``), then fails as ``fail`` says ("nonrecoverable", "recoverable",
+    "value_error") or returns ``value`` (default: the tag).
+
+    With ``spawn`` the sleeping is done by a child process (in the operation's process group,
+    its pid in the marker as ``child``), as an operation that runs a command would."""
+    sleeping = bool(sleep) and (invocations(tag) == 0 or not sleep_first_only)
+    child = None
+    if sleeping and spawn:
+        child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({float(sleep)})"])
+    mark(ctx, tag, child=child.pid if child else None)
+    if child is not None:
+        child.wait()
+    elif sleeping:
+        time.sleep(sleep)
+    if fail == "nonrecoverable":
+        raise NonRecoverableError(f"{tag} fails for good")
+    if fail == "recoverable":
+        raise RecoverableError(f"{tag} fails, retry me")
+    if fail == "value_error":
+        raise ValueError(f"{tag}: a plain ValueError")
+    return tag if value is None else value
+
+
+@operation(name="it_flaky", max_retries=3, retry_interval=0.2)
+def flaky(ctx, tag, failures=2):
+    """RecoverableError on its first ``failures`` invocations, then the invocation count."""
+    count = mark(ctx, tag)
+    if count <= failures:
+        raise RecoverableError(f"{tag}: invocation {count} fails on purpose")
+    return count
+
+
+@operation(name="it_nonrecoverable", max_retries=3, retry_interval=0.2)
+def nonrecoverable(ctx, tag):
+    mark(ctx, tag)
+    raise NonRecoverableError(f"{tag}: never retried")
+
+
+@operation(name="it_value_error_retried", max_retries=2, retry_interval=0.2, retry_for=(ValueError,))
+def value_error_retried(ctx, tag):
+    mark(ctx, tag)
+    raise ValueError(f"{tag}: retried, it is in retry_for")
+
+
+@operation(name="it_value_error_plain", max_retries=2, retry_interval=0.2)
+def value_error_plain(ctx, tag):
+    mark(ctx, tag)
+    raise ValueError(f"{tag}: not retried, no retry_for")
+
+
+@operation(name="it_add")
+def add(ctx, x, y=0):
+    return x + y
+
+
+@operation(name="it_mul")
+def mul(ctx, x, y=1):
+    return x * y
+
+
+@operation(name="it_xsum")
+def xsum(ctx, numbers):
+    return sum(numbers)
+
+
+@operation(name="it_collect")
+def collect(ctx, items):
+    """A chord body that returns what it got, to show its order."""
+    return list(items)
+
+
+@operation(name="it_slow_add")
+def slow_add(ctx, x, y, seconds):
+    time.sleep(seconds)
+    return x + y
+
+
+@operation(name="it_where")
+def where(ctx, tag):
+    """Marks ``tag`` and returns the agent it ran on."""
+    mark(ctx, tag)
+    return here()
+
+
+# --- workflows ---------------------------------------------------------------------------
+
+@workflow(name="it_cromwell")
+def cromwell(ctx, agent_a, agent_b, a_seconds=2.0, b_seconds=0.3):
+    """Cromwell's worked example (SPEC §7): A and B independent, A1 after A, B1 after B; B
+    fails for good while A runs. The failure mode comes from the execution."""
+    g = ctx.graph()
+    a = g.add("A", step, "A", sleep=a_seconds, agent=agent_a)
+    b = g.add("B", step, "B", sleep=b_seconds, fail="nonrecoverable", agent=agent_b)
+    g.add("A1", step, "A1", agent=agent_a, depends_on=[a])
+    g.add("B1", step, "B1", agent=agent_b, depends_on=[b])
+    return g.run()
+
+
+def _canvas(case, agents, management_queue):
+    h1, h2 = agents
+    if case == "chain":
+        return chain(add.s(1, 2), add.s(10)), 13
+    if case == "immutable":
+        return chain(add.s(1, 2), add.si(5, 5), add.s(100)), 110
+    if case == "group":
+        return group([add.s(i, i) for i in range(1, 5)]), [2, 4, 6, 8]
+    if case == "chord":
+        # The header members end in reverse order; the body still gets them in header order.
+        header = [slow_add.s(1, 1, 1.2).set(queue=h1), slow_add.s(2, 2, 0.6).set(queue=h2), slow_add.s(3, 3, 0.0)]
+        return chord(header, collect.s()), [2, 4, 6]
+    if case == "nested":
+        # SPEC §6's example: steps 0:it_add, 1.0:it_add, 1.1:it_mul, 2:it_xsum.
+        return chain(add.s(1, 2), group(add.s(10), mul.s(10)), xsum.s()), 43
+    if case == "deep":
+        # 2 -> [2+1, (2*2)+1] -> 8: a chain inside a group inside a chain.
+        return chain(add.s(1, 1), group(add.s(1), chain(mul.s(2), add.s(1))), xsum.s()), 8
+    if case == "routing":
+        return group(where.si("r-h1").set(queue=h1), where.si("r-h2").set(queue=h2), where.si("r-mgmt")), \
+            [h1, h2, management_queue]
+    raise ValueError(f"unknown canvas case {case!r}")
+
+
+CANVAS_CASES = ("chain", "immutable", "group", "chord", "nested", "deep", "routing")
+
+
+@workflow(name="it_canvas")
+def canvas(ctx, case, agents, management_queue):
+    """Runs one canvas of ``_canvas`` and keeps its result in the payload."""
+    signature, _expected = _canvas(case, agents, management_queue)
+    result = ctx.run_canvas(signature)
+    ctx.set_payload({"result": result})
+
+
+def canvas_expectation(case, agents, management_queue):
+    return _canvas(case, agents, management_queue)[1]
+
+
+@workflow(name="it_fan_out")
+def fan_out(ctx, n, agents):
+    """``n`` independent steps over the agents, then one step after all of them."""
+    g = ctx.graph()
+    members = [g.add(f"f{i:03d}", add, i, i, agent=agents[i % len(agents)]) for i in range(n)]
+    g.add("fan-in", add, 0, 0, agent=agents[0], depends_on=members)
+    results = g.run()
+    ctx.set_payload({"count": sum(1 for name in members if name in results), "sum": sum(results[m] for m in members)})
+
+
+@workflow(name="it_chain")
+def long_chain(ctx, n, agents):
+    """``n`` steps, each after the one before, alternating between the agents."""
+    g = ctx.graph()
+    previous = None
+    for i in range(n):
+        previous = g.add(f"c{i:02d}", add, i, 1, agent=agents[i % len(agents)],
+                         depends_on=[previous] if previous else [])
+    results = g.run()
+    ctx.set_payload({"count": len(results), "last": results[f"c{n - 1:02d}"]})
+
+
+@workflow(name="it_retries")
+def retries(ctx, agent):
+    """One step per retry rule, all independent (run it with continue_while_possible)."""
+    g = ctx.graph()
+    g.add("flaky", flaky, "flaky", failures=2, agent=agent)
+    g.add("nonrecoverable", nonrecoverable, "nonrecoverable", agent=agent)
+    g.add("retry_for", value_error_retried, "retry_for", agent=agent)
+    g.add("plain", value_error_plain, "plain", agent=agent)
+    return g.run()
+
+
+@workflow(name="it_single")
+def single(ctx, agent, tag="long", seconds=4.0, spawn=False):
+    """One step (imperative ``ctx.execute``) that sleeps on its first invocation only."""
+    result = ctx.await_execute("long", step, tag, sleep=seconds, sleep_first_only=True, spawn=spawn, agent=agent,
+                               max_retries=3)
+    ctx.set_payload({"result": result})
+
+
+@workflow(name="it_fan_in")
+def fan_in(ctx, agent, join_agent, members=3, seconds=2.0):
+    """``members`` sleeping steps on ``agent``, then ``join`` after all of them."""
+    g = ctx.graph()
+    names = [g.add(f"m{i}", step, f"m{i}", sleep=seconds, sleep_first_only=True, agent=agent, max_retries=3)
+             for i in range(members)]
+    g.add("join", step, "join", agent=join_agent, depends_on=names)
+    return g.run()
+
+
+@workflow(name="it_duplicate")
+def duplicate(ctx, agent, hold_agent, hold_seconds=5.0):
+    """``once`` ends quickly while ``hold`` keeps the execution running."""
+    g = ctx.graph()
+    g.add("once", step, "once", agent=agent)
+    g.add("hold", step, "hold", sleep=hold_seconds, agent=hold_agent)
+    return g.run()
