@@ -26,22 +26,37 @@ def running_dir(agent_name=None) -> Path:
     return path
 
 
-def mark_running(operation_id, attempt):
-    """Record that this process (the leader of its own process group) runs the attempt."""
-    (running_dir() / f"{operation_id}.{attempt}").write_text(str(os.getpgrp()))
+def attempt_key(operation_id, attempt) -> str:
+    """The name under which an operation's attempt is recorded while it runs."""
+    return f"{operation_id}.{attempt}"
 
 
-def mark_done(operation_id, attempt):
-    (running_dir() / f"{operation_id}.{attempt}").unlink(missing_ok=True)
+def dispatcher_key(execution_id) -> str:
+    """The name under which an execution's dispatcher is recorded while it runs."""
+    return f"dispatch-{execution_id}"
+
+
+def mark_running(key):
+    """Record that this process (the leader of its own process group) runs ``key``."""
+    (running_dir() / key).write_text(str(os.getpgrp()))
+
+
+def mark_done(key):
+    (running_dir() / key).unlink(missing_ok=True)
+
+
+def process_group_of(key):
+    """The process group recorded as running ``key`` on this host, or None."""
+    try:
+        return int((running_dir() / key).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def running_here(operation_id, attempt) -> bool:
-    """Whether a live process group on this host still runs the attempt."""
-    try:
-        pgid = int((running_dir() / f"{operation_id}.{attempt}").read_text())
-    except (OSError, ValueError):
-        return False
-    return pgid != os.getpgrp() and _group_alive(pgid)
+    """Whether a live process group on this host, other than this process', still runs the attempt."""
+    pgid = process_group_of(attempt_key(operation_id, attempt))
+    return pgid is not None and pgid != os.getpgrp() and group_alive(pgid)
 
 
 def kill_leftovers(agent_name) -> list[int]:
@@ -52,7 +67,7 @@ def kill_leftovers(agent_name) -> list[int]:
             pgid = int(entry.read_text())
         except (OSError, ValueError):
             pgid = None
-        if pgid and _group_alive(pgid):
+        if pgid and group_alive(pgid):
             try:
                 os.killpg(pgid, signal.SIGKILL)
                 killed.append(pgid)
@@ -62,7 +77,7 @@ def kill_leftovers(agent_name) -> list[int]:
     return killed
 
 
-def _group_alive(pgid) -> bool:
+def group_alive(pgid) -> bool:
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

@@ -66,11 +66,12 @@ def run_operation(operation_id, attempt):
         return
     if not _claim(operation, attempt):
         return
-    local.mark_running(operation.pk, attempt)
+    key = local.attempt_key(operation.pk, attempt)
+    local.mark_running(key)
     try:
         _run(operation, attempt)
     finally:
-        local.mark_done(operation.pk, attempt)
+        local.mark_done(key)
 
 
 def _drop(operation, attempt, why):
@@ -124,7 +125,7 @@ def _run(operation, attempt):
     try:
         result = definition.func(OperationContext(operation), *args, **operation.kwargs)
     except OperationCancelled as exc:
-        return _cancelled(operation, attempt, exc)
+        return progress.record_cancelled(operation, attempt, _error(exc))
     except RecoverableError as exc:
         return progress.record_failure(operation, attempt, _error(exc), retryable=True, retry_after=exc.retry_after)
     except NonRecoverableError as exc:
@@ -132,13 +133,6 @@ def _run(operation, attempt):
     except Exception as exc:
         return progress.record_failure(operation, attempt, _error(exc), retryable=isinstance(exc, definition.retry_for or ()))
     progress.record_success(operation, attempt, result)
-
-
-def _cancelled(operation, attempt, exc):
-    try:
-        operation_transition(operation, OperationState.CANCELLED, attempt=attempt, error=_error(exc), message=str(exc))
-    except TransitionRefused:
-        pass
 
 
 def _input_names(data):

@@ -8,6 +8,7 @@ from those files, independently of what the engine records.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -255,3 +256,52 @@ def duplicate(ctx, agent, hold_agent, hold_seconds=5.0):
     g.add("once", step, "once", agent=agent)
     g.add("hold", step, "hold", sleep=hold_seconds, agent=hold_agent)
     return g.run()
+
+
+# --- stopping (tests/integration/test_stopping.py) ----------------------------------------
+
+@operation(name="it_wait_cancel", max_retries=3, retry_interval=0.2)
+def wait_cancel(ctx, tag, seconds=30.0, on_cancel="return"):
+    """Marks ``tag`` and runs for up to ``seconds``, looking at ``ctx.is_cancelled()`` every 0.1 s.
+    Once cancelled: ``return`` returns "stopped" (marking ``<tag>-saw-cancel``), ``raise`` raises
+    OperationCancelled (``ctx.raise_if_cancelled()``), ``recoverable`` raises RecoverableError,
+    ``ignore`` carries on regardless. Returns "finished" when the time is up."""
+    mark(ctx, tag)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if on_cancel != "ignore" and ctx.is_cancelled():
+            mark(ctx, f"{tag}-saw-cancel")
+            if on_cancel == "raise":
+                ctx.raise_if_cancelled()
+            if on_cancel == "recoverable":
+                raise RecoverableError(f"{tag}: cancelled, and says it may be retried")
+            return "stopped"
+        time.sleep(0.1)
+    return "finished"
+
+
+@operation(name="it_stubborn")
+def stubborn(ctx, tag):
+    """Ignores SIGTERM, starts ``sleep 1000`` (which inherits the ignored SIGTERM) and waits for it:
+    only SIGKILL to the whole process group stops it. Marks ``tag`` with its pid and the child's."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen(["sleep", "1000"])
+    mark(ctx, tag, child=child.pid)
+    child.wait()
+    return "the sleep ended"
+
+
+@workflow(name="it_stoppable")
+def stoppable(ctx, agent, on_cancel="return", seconds=30.0):
+    """``first`` (quick), then ``running`` (it_wait_cancel), then ``after``."""
+    g = ctx.graph()
+    first = g.add("first", step, "first", agent=agent)
+    running = g.add("running", wait_cancel, "running", seconds=seconds, on_cancel=on_cancel, agent=agent,
+                    depends_on=[first])
+    g.add("after", step, "after", agent=agent, depends_on=[running])
+    return g.run()
+
+
+@workflow(name="it_stubborn_wf")
+def stubborn_workflow(ctx, agent):
+    ctx.set_payload({"result": ctx.await_execute("stubborn", stubborn, "stubborn", agent=agent)})

@@ -1,9 +1,29 @@
 """Django admin: executions with their operations and events. Status and state are read-only
-here: they change only through the engine's transitions (actions arrive with the services)."""
+here: they change only through the services (the actions below) and the engine's transitions."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
+from workflows_app import services
+from workflows_app.errors import ActionRefused
 from workflows_app.models import Event, Execution, Operation
+
+
+def _action(service, label, description, permissions=None):
+    """An admin action that calls ``service`` for each selected execution and says how each went."""
+
+    def run(modeladmin, request, queryset):
+        done = 0
+        for pk in queryset.values_list("pk", flat=True):
+            try:
+                service(pk)
+                done += 1
+            except (ActionRefused, Execution.DoesNotExist) as refused:
+                modeladmin.message_user(request, str(refused), messages.WARNING)
+        if done:
+            modeladmin.message_user(request, f"{label}: {done} execution(s)", messages.SUCCESS)
+
+    run.__name__ = f"{service.__name__}_selected"
+    return admin.action(description=description, permissions=permissions)(run)
 
 
 class OperationInline(admin.TabularInline):
@@ -27,6 +47,14 @@ class ExecutionAdmin(admin.ModelAdmin):
     readonly_fields = ["id", "status", "created_at", "started_at", "ended_at", "error", "payload"]
     exclude = ["token_hash"]
     inlines = [OperationInline]
+    actions = [
+        _action(services.cancel, "cancel", "Cancel: stop starting operations, await the running ones"),
+        _action(services.force_cancel, "force-cancel", "Force-cancel: end now, without waiting", ["force"]),
+        _action(services.kill, "kill", "Kill: signal the processes of running operations", ["force"]),
+    ]
+
+    def has_force_permission(self, request):
+        return request.user.has_perm("workflows_app.force_execution")
 
 
 @admin.register(Operation)

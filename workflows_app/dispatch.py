@@ -44,3 +44,27 @@ def send_operation(operation):
             operation_transition(operation, OperationState.SENT)
         except TransitionRefused:
             pass  # the agent already moved it on (sent -> started), or a cancel ended it
+
+
+def broadcast_kill(execution_id, attempts=(), *, dispatcher=False, reply=False):
+    """Ask every agent and manager to stop the process groups of ``attempts`` (pairs of operation
+    id and attempt) and, with ``dispatcher``, the execution's dispatcher: SIGTERM now, SIGKILL
+    after ``KILL_GRACE_SECONDS`` (``agents.control``). With ``reply``, waits up to a second for
+    the workers' answers and returns them."""
+    from agents.control import KILL_COMMAND
+
+    return _app().control.broadcast(
+        KILL_COMMAND,
+        arguments={"execution_id": str(execution_id), "attempts": [[str(pk), attempt] for pk, attempt in attempts],
+                   "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
+        reply=reply, timeout=1.0,
+    )
+
+
+def revoke(task_ids, *, terminate=False):
+    """Celery's own bookkeeping for stopped attempts: a worker discards a revoked message it has
+    not started, and with ``terminate`` signals the pool process running it. Fencing, not this
+    in-memory list, is the guarantee (a worker started later never heard of it)."""
+    task_ids = list(task_ids)
+    if task_ids:
+        _app().control.revoke(task_ids, terminate=terminate, signal="SIGTERM")

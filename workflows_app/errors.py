@@ -12,7 +12,8 @@
     ├── TransitionRefused             a status/state change that was not applied
     │   ├── InvalidTransition         the pair is not in the table, or the row changed under us
     │   ├── StaleToken                the caller's execution token is no longer current
-    │   └── StaleAttempt              a report for an attempt that is no longer current
+    │   ├── StaleAttempt              a report for an attempt that is no longer current
+    │   └── ActionRefused             cancel/kill/resume asked of an execution whose status forbids it
     ├── ConfigurationError            WORKFLOWS settings that cannot work
     ├── RegistrationError             a workflow or operation registered twice, or not registered
     ├── GraphError (also ValueError)  a graph or canvas that cannot run (engine.graph)
@@ -117,6 +118,19 @@ class StaleAttempt(TransitionRefused):
 
     def __str__(self):
         return f"operation {self.pk}: attempt {self.attempt} is not current (attempt {self.current} is)"
+
+
+class ActionRefused(TransitionRefused):
+    """An action (cancel, force-cancel, kill, resume, force-resume) that the execution's status
+    does not allow; nothing was changed."""
+
+    def __init__(self, action="", pk=None, status="", allowed=()):
+        super().__init__(action, pk, status, tuple(allowed))
+        self.action, self.pk, self.status, self.allowed = action, pk, status, tuple(allowed)
+
+    def __str__(self):
+        allowed = ", ".join(str(s) for s in self.allowed)
+        return f"cannot {self.action} execution {self.pk}: it is {self.status} ({self.action} is allowed from {allowed})"
 
 
 class ConfigurationError(SwitchyardError):

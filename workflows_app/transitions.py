@@ -42,10 +42,12 @@ def record_event(execution_id, type, message="", data=None, operation=None) -> E
     )
 
 
-def execution_transition(execution, target, *, message="", data=None, token=None, renew_token=False, **fields) -> Execution:
+def execution_transition(execution, target, *, message="", data=None, token=None, fence=None, renew_token=False,
+                         **fields) -> Execution:
     """Move ``execution`` from the status it was read in to ``target``, with its event.
 
-    ``token``: apply only while this is the execution's current token (a dispatcher's fence).
+    ``token``: apply only while this is the execution's current token; ``fence``: the same, given
+    as the token's stored hash (what a dispatcher read when it took the execution).
     ``renew_token``: issue a new token; the returned execution carries it as ``issued_token``
     (the only time it exists in clear). ``fields``: other columns written in the same UPDATE.
     Returns ``execution`` updated in place. Raises ``InvalidTransition`` or ``StaleToken``.
@@ -70,10 +72,11 @@ def execution_transition(execution, target, *, message="", data=None, token=None
 
     with transaction.atomic():
         rows = Execution.objects.filter(pk=execution.pk, status=source)
-        if token is not None:
-            rows = rows.filter(token_hash=hash_token(token))
+        expected_hash = hash_token(token) if token is not None else fence
+        if expected_hash is not None:
+            rows = rows.filter(token_hash=expected_hash)
         if rows.update(**updates) != 1:
-            _refuse_execution(execution, source, target, token)
+            _refuse_execution(execution, source, target, expected_hash)
         event = Event.objects.create(
             execution_id=execution.pk,
             type=execution_event_type(source, target),
@@ -87,12 +90,12 @@ def execution_transition(execution, target, *, message="", data=None, token=None
     return execution
 
 
-def _refuse_execution(execution, source, target, token):
+def _refuse_execution(execution, source, target, expected_hash):
     current = Execution.objects.filter(pk=execution.pk).values_list("status", "token_hash").first()
     if current is None:
         raise Execution.DoesNotExist(f"execution {execution.pk} does not exist")
     status, token_hash = current
-    if token is not None and status == source and token_hash != hash_token(token):
+    if expected_hash is not None and token_hash != expected_hash:
         raise StaleToken(execution.pk)
     raise InvalidTransition("execution", execution.pk, source, target, ExecutionStatus(status))
 

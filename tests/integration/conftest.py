@@ -5,7 +5,13 @@ import uuid
 import pytest
 from django.test import override_settings
 
-from tests.integration.harness import MARKERS_ENV, WORKFLOW_MODULES, Stack, ensure_broker
+from tests.integration.harness import (
+    MARKERS_ENV,
+    WORKFLOW_MODULES,
+    Stack,
+    assert_operation_events_consistent,
+    ensure_broker,
+)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -28,6 +34,7 @@ def engine_settings(suffix) -> dict:
         "AGENT_HEARTBEAT_SECONDS": 1,
         "AGENT_OFFLINE_AFTER_SECONDS": 5,
         "RETRY_INTERVAL": 0.2,
+        "KILL_GRACE_SECONDS": 2,
     }
 
 
@@ -53,3 +60,16 @@ def stack(request, tmp_path, transactional_db, monkeypatch):
             yield the_stack
         finally:
             the_stack.close(failed=_failed(request.node))
+        if not _failed(request.node):
+            assert_every_ended_execution_consistent()
+
+
+def assert_every_ended_execution_consistent():
+    """The invariant over every test that runs a stack (SPEC §7, cancel first, terminate after):
+    in every execution that ended, every operation that started has exactly one terminal task
+    event, every operation is terminal, and no task event follows the execution's terminal event."""
+    from workflows_app.models import Execution
+    from workflows_app.states import EXECUTION_TERMINAL
+
+    for execution in Execution.objects.filter(status__in=EXECUTION_TERMINAL):
+        assert_operation_events_consistent(execution)

@@ -221,6 +221,11 @@ class Stack:
     def env(self) -> dict:
         return dict(self._env)
 
+    def configure(self, **workflows):
+        """Override keys of WORKFLOWS for the processes started from now on."""
+        self.workflows.update(workflows)
+        self._env["SWITCHYARD_WORKFLOWS"] = json.dumps(self.workflows)
+
     # --- starting and stopping ---------------------------------------------------------------
     def start(self, name, argv, *, env=None, expect_exit=False) -> StackProcess:
         """Start ``argv`` (a full command; one starting with ``manage.py`` runs with this

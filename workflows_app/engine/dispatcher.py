@@ -13,12 +13,13 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from workflows_app.engine import progress
+from workflows_app.engine import progress, stopping
 from workflows_app.engine.context import Suspend, WorkflowCancelled, WorkflowContext, WorkflowFailed
 from workflows_app.errors import RegistrationError, StepFailed
 from workflows_app.models import Execution, Operation
 from workflows_app.registry import get_workflow
 from workflows_app.states import (
+    EXECUTION_CANCELLING,
     OPERATION_ACTIVE,
     OPERATION_NOT_STARTED,
     ExecutionStatus,
@@ -38,9 +39,11 @@ def advance(execution_id):
             return
         if execution.status == ExecutionStatus.PENDING:
             execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
-        if execution.status != ExecutionStatus.STARTED:
-            return  # terminal, queued, or being stopped: the stop services own it
-        _run(execution)
+        if execution.status == ExecutionStatus.STARTED:
+            _run(execution)
+        elif execution.status in EXECUTION_CANCELLING:
+            stopping.carry_on(execution)
+        # terminal or queued: nothing to do (a cancelled one never runs)
 
 
 def _run(execution):
@@ -108,9 +111,12 @@ def _save_payload(execution, ctx):
 
 def end(execution, status, error=""):
     """Cancel first, terminate after: every operation that is not terminal gets its terminal
-    state and event, then the execution its terminal status and event."""
+    state and event (running ones are asked to stop: SIGTERM, then SIGKILL after
+    KILL_GRACE_SECONDS), then the execution its terminal status and event."""
     progress.cancel_operations(execution, OPERATION_ACTIVE, f"the execution ends {status}")
     fields = {"error": error} if error else {}
+    # The dispatcher's fence: only while the token it read is current (a kill or resume renews it).
+    fence = execution.token_hash or None
     if status == ExecutionStatus.CANCELLED and execution.status == ExecutionStatus.STARTED:
-        execution_transition(execution, ExecutionStatus.CANCELLING, message=error)
-    execution_transition(execution, status, **fields)
+        execution_transition(execution, ExecutionStatus.CANCELLING, message=error, fence=fence)
+    execution_transition(execution, status, fence=fence, **fields)

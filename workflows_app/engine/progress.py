@@ -17,6 +17,7 @@ from django.utils import timezone
 from workflows_app import dispatch
 from workflows_app.errors import TransitionRefused
 from workflows_app.models import Execution, Operation, OperationDependency
+from workflows_app.models.operation import task_id_for
 from workflows_app.states import (
     EventType,
     ExecutionStatus,
@@ -87,11 +88,12 @@ def record_success(operation, attempt, result):
     return True
 
 
-def record_failure(operation, attempt, error, *, retryable, retry_after=None):
+def record_failure(operation, attempt, error, *, retryable, retry_after=None, stop_process=False):
     """Record a failed attempt: ``rescheduled`` when the policy allows a retry, else ``failed``.
 
     ``error`` is ``{"type", "message", "traceback"}``. A retry is a new call: not while the
     execution is cancelling, nor in no_new_calls/fail_fast once another operation failed.
+    ``stop_process``: the attempt may still run (its timeout passed): kill its process group.
     """
     with transaction.atomic():
         execution = _lock_execution(operation.execution_id)
@@ -108,6 +110,8 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None):
             operation_transition(operation, target, attempt=attempt, error=error, message=error.get("message", "")[:500], **fields)
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"error": error})
+        if stop_process:
+            stop_attempts(execution.pk, [(operation.pk, attempt)])
         if target == OperationState.FAILED:
             transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
     return True
@@ -141,12 +145,55 @@ def send_due_retries(now=None, limit=500):
     return sent
 
 
-def cancel_operations(execution, states, message, error=None):
-    """Mark the execution's operations in ``states`` cancelled (cancel first, terminate after)."""
+def cancel_operations(execution, states, message, error=None, *, stop_processes=True) -> list:
+    """Mark the execution's operations in ``states`` cancelled (cancel first, terminate after).
+
+    Messages of those not started yet are revoked (fencing refuses them anyway). With
+    ``stop_processes``, those that were running are asked to stop — SIGTERM to their process
+    groups on every agent, SIGKILL after KILL_GRACE_SECONDS — once this commits; without it they
+    run on and their reports are kept as ``stale_report`` events (force-cancel). Returns the
+    operations cancelled."""
+    cancelled, running, unsent = [], [], []
     for operation in Operation.objects.filter(execution_id=execution.pk, state__in=states):
+        was = operation.state
         fields = {"error": error} if error is not None else {}
         try:
             operation_transition(operation, OperationState.CANCELLED, message=message, **fields)
         except TransitionRefused:
-            pass  # it finished meanwhile: its own terminal event stands
+            continue  # it finished meanwhile: its own terminal event stands
+        cancelled.append(operation)
+        if was == OperationState.STARTED:
+            running.append(operation)
+        elif was in (OperationState.SENDING, OperationState.SENT):
+            unsent.append(operation)
+    if unsent:
+        task_ids = [op.task_id for op in unsent]
+        transaction.on_commit(lambda: dispatch.revoke(task_ids))
+    if running and stop_processes:
+        stop_attempts(execution.pk, [(op.pk, op.attempt) for op in running])
+    return cancelled
 
+
+def stop_attempts(execution_id, attempts, *, dispatcher=False):
+    """Once this commits: SIGTERM the process groups running ``attempts`` (and the execution's
+    dispatcher), SIGKILL after KILL_GRACE_SECONDS, and revoke their Celery tasks."""
+    attempts = list(attempts)
+
+    def stop():
+        dispatch.broadcast_kill(execution_id, attempts, dispatcher=dispatcher)
+        dispatch.revoke([task_id_for(pk, attempt) for pk, attempt in attempts], terminate=True)
+
+    transaction.on_commit(stop)
+
+
+def record_cancelled(operation, attempt, error):
+    """A running attempt that stopped because its execution is cancelling (``OperationCancelled``)."""
+    with transaction.atomic():
+        execution = _lock_execution(operation.execution_id)
+        try:
+            operation_transition(operation, OperationState.CANCELLED, attempt=attempt, error=error,
+                                 message=error.get("message", "")[:500])
+        except TransitionRefused as refused:
+            return _stale(operation, attempt, refused, {"error": error})
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+    return True

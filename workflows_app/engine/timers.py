@@ -12,9 +12,9 @@ from django.utils import timezone
 from agents.models import Agent
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress
+from workflows_app.engine import progress, stopping
 from workflows_app.models import Execution, Operation
-from workflows_app.states import ExecutionStatus, OperationState
+from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, OperationState
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def fail_timed_out_operations(now):
         if operation.started_at + timedelta(seconds=operation.timeout) <= now:
             progress.record_failure(operation, operation.attempt, {
                 "type": "OperationTimeout", "message": f"no result within its timeout of {operation.timeout}s", "traceback": ""},
-                retryable=True)
+                retryable=True, stop_process=True)
 
 
 def fail_operations_of_offline_agents(now):
@@ -59,10 +59,13 @@ def fail_operations_of_offline_agents(now):
 
 
 def wake_due_executions(now):
-    """Executions whose own deadline passed (timeout, wait_after_fail) are advanced; so is one
-    that can make no progress (its wake-up message was lost)."""
+    """Executions whose own deadline passed (timeout, wait_after_fail, CANCEL_TIMEOUT) are
+    advanced; so is one that can make no progress (its wake-up message was lost)."""
     started = Execution.objects.filter(status=ExecutionStatus.STARTED)
     due = set()
+    for execution in Execution.objects.filter(status=ExecutionStatus.CANCELLING).only("pk"):
+        if stopping.cancel_timed_out(execution, now):
+            due.add(execution.pk)
     for execution in started.filter(timeout__isnull=False).only("pk", "started_at", "timeout"):
         if execution.started_at + timedelta(seconds=execution.timeout) <= now:
             due.add(execution.pk)
@@ -86,3 +89,7 @@ def resend_stuck_messages(now):
     for execution in Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale):
         if not progress.can_progress(execution):
             dispatch.send_advance(execution.pk)
+    # A stopping execution that no running operation will ever wake (or whose stop was cut short).
+    for pk in Execution.objects.filter(status__in=EXECUTION_CANCELLING).values_list("pk", flat=True):
+        if not Operation.objects.filter(execution_id=pk, state=OperationState.STARTED).exists():
+            dispatch.send_advance(pk)

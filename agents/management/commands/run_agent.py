@@ -6,6 +6,7 @@ import socket
 from celery.signals import worker_ready
 from django.core.management.base import BaseCommand, CommandError
 
+import agents.control  # noqa: F401  (registers the kill remote-control command)
 from agents.lifecycle import Heartbeat, begin
 from switchyard.celery import app
 from workflows_app.registry import load_workflow_modules

@@ -7,6 +7,7 @@ import uuid
 from celery.signals import worker_ready
 from django.core.management.base import BaseCommand
 
+import agents.control  # noqa: F401  (registers the kill remote-control command)
 from agents.lifecycle import Ticker, begin
 from switchyard.celery import app
 from workflows_app import dispatch

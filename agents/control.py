@@ -1,0 +1,75 @@
+"""The kill: a Celery remote-control command every agent and manager registers.
+
+``switchyard_kill`` is broadcast (``workflows_app.dispatch.broadcast_kill``) with the attempts
+of an execution's running operations and, optionally, its dispatcher. Each worker looks them up
+among the process groups it recorded as running on this host (``agents.local``), sends SIGTERM
+to each whole group — the pool process and every subprocess the operation started — and SIGKILL
+to what is left after the grace period. A worker that runs none of them does nothing, and an
+agent that misses the broadcast (offline, restarting) can never start those attempts later:
+fencing refuses them, as the operations are already ``cancelled`` (SPEC §5, §7).
+
+The handler runs in the worker's main process, never in a pool process, so it can signal a pool
+process that is busy; Celery replaces a pool process that died.
+"""
+
+import logging
+import os
+import signal
+import threading
+
+from celery.worker.control import control_command
+
+from agents import local
+
+logger = logging.getLogger(__name__)
+
+KILL_COMMAND = "switchyard_kill"
+
+
+@control_command(
+    name=KILL_COMMAND,
+    args=[("execution_id", str), ("attempts", list), ("dispatcher", bool), ("grace", float)],
+    signature="<execution_id> [attempts] [dispatcher] [grace]",
+)
+def switchyard_kill(state, execution_id=None, attempts=None, dispatcher=False, grace=5.0, **kwargs):
+    """SIGTERM the process groups of an execution's attempts (and dispatcher), SIGKILL after grace."""
+    keys = [local.attempt_key(operation_id, attempt) for operation_id, attempt in attempts or ()]
+    if dispatcher and execution_id:
+        keys.append(local.dispatcher_key(execution_id))
+    signalled = terminate(keys, float(grace))
+    return {"ok": {"signalled": signalled, "agent": local.name()}}
+
+
+def terminate(keys, grace) -> list[str]:
+    """SIGTERM each recorded process group of ``keys`` now; SIGKILL it after ``grace`` seconds if
+    it is still recorded as running that key. Returns the keys that were signalled."""
+    targets = []
+    for key in keys:
+        pgid = local.process_group_of(key)
+        if pgid is None or pgid == os.getpgrp() or not local.group_alive(pgid):
+            continue
+        _signal(pgid, signal.SIGTERM)
+        targets.append((key, pgid))
+    if targets:
+        logger.warning("kill: SIGTERM to %s; SIGKILL in %ss to what is left", [k for k, _ in targets], grace)
+        timer = threading.Timer(grace, _finish, args=[targets])
+        timer.daemon = True
+        timer.start()
+    return [key for key, _ in targets]
+
+
+def _finish(targets):
+    for key, pgid in targets:
+        # The record outlives a leader that died of the SIGTERM (it never reached mark_done), so
+        # the group's stragglers are found here. A record that is gone means the attempt ended by
+        # itself and its pool process may run something else now: it is left alone.
+        if local.process_group_of(key) == pgid:
+            _signal(pgid, signal.SIGKILL)
+            local.mark_done(key)
+
+
+def _signal(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

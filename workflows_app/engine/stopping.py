@@ -1,0 +1,90 @@
+"""Stopping an execution: what cancel, force-cancel and kill do once asked (SPEC §4, §7).
+
+The services (``workflows_app.services``) move the execution into ``cancelling``,
+``force_cancelling`` or ``kill_cancelling`` and call :func:`carry_on` in the same transaction.
+The dispatcher calls it again whenever it is woken for a stopping execution — an operation of a
+cancelling execution ended, or a manager started and carries on every execution it finds
+stopping (SPEC §9) — so a stop interrupted by a crash is finished by whoever comes next.
+
+Every function here runs under the execution's row lock. Operations always get their terminal
+state and event before the execution its terminal one (cancel first, terminate after).
+"""
+
+from datetime import timedelta
+
+from django.db.models import Max
+from django.utils import timezone
+
+from workflows_app.conf import workflows_settings
+from workflows_app.engine import progress
+from workflows_app.models import Event, Operation
+from workflows_app.states import (
+    OPERATION_ACTIVE,
+    OPERATION_NOT_STARTED,
+    EventType,
+    ExecutionStatus,
+    OperationState,
+)
+from workflows_app.transitions import execution_transition
+
+#: The error of an operation a kill stopped (SPEC §7: they end cancelled with error "killed").
+KILLED = {"type": "Killed", "message": "killed", "traceback": ""}
+
+
+def carry_on(execution):
+    """Move a stopping execution on: as far as it can go now, to ``cancelled`` when it may."""
+    if execution.status == ExecutionStatus.CANCELLING:
+        if cancel_timed_out(execution):
+            execution_transition(execution, ExecutionStatus.KILL_CANCELLING, renew_token=True,
+                                 message=f"still cancelling after CANCEL_TIMEOUT ({workflows_settings.CANCEL_TIMEOUT}s): killed")
+        else:
+            return _cancel(execution)
+    if execution.status == ExecutionStatus.FORCE_CANCELLING:
+        return _force_cancel(execution)
+    if execution.status == ExecutionStatus.KILL_CANCELLING:
+        return _kill(execution)
+
+
+def _cancel(execution):
+    """Nothing new starts; what has not started is cancelled; running operations are awaited
+    (they see ``ctx.is_cancelled()``); once none runs, ``cancelled``."""
+    progress.cancel_operations(execution, OPERATION_NOT_STARTED, "cancelled: the execution is cancelling")
+    if not Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE).exists():
+        execution_transition(execution, ExecutionStatus.CANCELLED, message="cancelled: no operation runs any more")
+
+
+def _force_cancel(execution):
+    """Every operation that is not terminal is cancelled at once, running or not, without
+    signalling its processes; what they report later is kept as ``stale_report``."""
+    progress.cancel_operations(execution, OPERATION_ACTIVE, "cancelled: the execution was force-cancelled",
+                               stop_processes=False)
+    execution_transition(execution, ExecutionStatus.CANCELLED, message="force-cancelled")
+
+
+def _kill(execution):
+    """Operations end ``cancelled`` (running ones with error "killed"); the process groups of
+    every attempt of the execution that may still run — including ones a force-cancel left
+    running — get SIGTERM, then SIGKILL after KILL_GRACE_SECONDS, on every agent."""
+    progress.cancel_operations(execution, OPERATION_NOT_STARTED, "cancelled: the execution was killed")
+    progress.cancel_operations(execution, [OperationState.STARTED], "killed", error=KILLED, stop_processes=False)
+    progress.stop_attempts(execution.pk, leftover_attempts(execution))
+    execution_transition(execution, ExecutionStatus.CANCELLED, message="killed")
+
+
+def leftover_attempts(execution):
+    """(operation id, attempt) of every current attempt of the execution that started and did
+    not succeed: whatever of them still runs somewhere is to be stopped."""
+    started = Operation.objects.filter(execution_id=execution.pk, started_at__isnull=False)
+    return list(started.exclude(state=OperationState.SUCCEEDED).values_list("pk", "attempt"))
+
+
+def cancelling_since(execution):
+    """When the execution last started cancelling (its latest ``workflow_cancelling`` event)."""
+    return (Event.objects.filter(execution_id=execution.pk, type=EventType.WORKFLOW_CANCELLING)
+            .aggregate(since=Max("timestamp"))["since"])
+
+
+def cancel_timed_out(execution, now=None) -> bool:
+    since = cancelling_since(execution)
+    limit = timedelta(seconds=workflows_settings.CANCEL_TIMEOUT)
+    return since is not None and since + limit <= (now or timezone.now())
