@@ -305,3 +305,18 @@ def stoppable(ctx, agent, on_cancel="return", seconds=30.0):
 @workflow(name="it_stubborn_wf")
 def stubborn_workflow(ctx, agent):
     ctx.set_payload({"result": ctx.await_execute("stubborn", stubborn, "stubborn", agent=agent)})
+
+
+@workflow(name="it_ends_while_running")
+def ends_while_running(ctx, agent, how):
+    """Starts ``busy`` (long) and never awaits it; awaits ``quick``; then ends as ``how`` says:
+    "fail" (ctx.fail), "cancel" (ctx.cancel), "return", or "timeout" (awaits ``busy``, so the
+    execution's own timeout ends it)."""
+    busy = ctx.execute("busy", wait_cancel, "busy", seconds=60.0, on_cancel="ignore", agent=agent)
+    ctx.await_execute("quick", step, "quick", sleep=1.0, agent=agent)
+    if how == "fail":
+        ctx.fail("the workflow gives up")
+    if how == "cancel":
+        ctx.cancel("the workflow cancels itself")
+    if how == "timeout":
+        busy.wait()

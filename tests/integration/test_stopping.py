@@ -163,3 +163,25 @@ def test_a_cancel_still_cancelling_after_cancel_timeout_is_killed(stack):
     stack.wait_for(lambda: gone(pool_process), stack.workflows["KILL_GRACE_SECONDS"] + 2, "the operation's process to die")
     assert_operation_events_consistent(execution)
 
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("how, status", [
+    ("fail", "failed"), ("cancel", "cancelled"), ("return", "completed"), ("timeout", "timed_out"),
+])
+def test_every_ending_cancels_and_stops_running_operations_before_the_execution_ends(stack, how, status):
+    """Cancel first, terminate after (SPEC §7): ``busy`` runs (and ignores cancellation) when the
+    execution ends; it gets its terminal event first, and its process is stopped."""
+    s = up(stack)
+    execution = services.start("it_ends_while_running", {"agent": s.h1, "how": how},
+                               timeout=4.0 if how == "timeout" else None)
+    done = finish(stack, execution, status)
+    busy = Operation.objects.get(execution_id=execution.pk, name="busy")
+    assert busy.state == "cancelled" and busy.cancelled_at <= done.ended_at
+    cancelled = events(execution, "task_cancelled", "busy")[0]
+    ended = Event.objects.get(execution_id=execution.pk, type=f"workflow_{status}")
+    assert cancelled.id < ended.id
+    pool_process = stack.invocations("busy")[0]["pid"]
+    stack.wait_for(lambda: gone(pool_process), stack.workflows["KILL_GRACE_SECONDS"] + 2,
+                   f"busy's process {pool_process} to be stopped")
+    assert_operation_events_consistent(execution)
