@@ -200,7 +200,7 @@ class StackProcess:
 class Stack:
     """Starts, stops and kills the processes of one test, and waits on the database."""
 
-    def __init__(self, base_dir, *, suffix, workflows, markers_dir):
+    def __init__(self, base_dir, *, suffix, workflows, markers_dir, extra_env=None):
         self.base_dir = Path(base_dir)
         self.suffix = suffix
         self.workflows = dict(workflows)
@@ -210,7 +210,7 @@ class Stack:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.processes: list[StackProcess] = []
         self._strays: list[psutil.Process] = []
-        self._env = child_environment(workflows=self.workflows, markers_dir=self.markers_dir)
+        self._env = child_environment(workflows=self.workflows, markers_dir=self.markers_dir, extra=extra_env)
 
     # --- names ---------------------------------------------------------------------------
     def agent_name(self, base) -> str:

@@ -1,0 +1,22 @@
+"""A tiny run of ``python -m bench`` (README's command), so the benchmark cannot rot unnoticed.
+It measures nothing here: timings are read from its table by people, never asserted."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.harness import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
+    output = tmp_path / "bench.md"
+    done = subprocess.run([sys.executable, "-m", "bench", "--rounds", "1", "--output", str(output)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = output.read_text()
+    for case in ("kill, operation ignores SIGTERM: process tree gone", "cancel, cooperative operation: execution cancelled",
+                 "force-cancel: execution cancelled", "celery revoke(terminate=True, signal=SIGKILL)"):
+        assert case in table
