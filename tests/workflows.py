@@ -320,3 +320,10 @@ def ends_while_running(ctx, agent, how):
         ctx.cancel("the workflow cancels itself")
     if how == "timeout":
         busy.wait()
+
+
+@workflow(name="it_stuck")
+def stuck(ctx, seconds=1000.0):
+    """Workflow code that never returns (a dispatcher only a kill can stop). Marks ``stuck``."""
+    mark(ctx, "stuck")
+    time.sleep(seconds)

@@ -75,10 +75,10 @@ def kill(execution_id) -> Execution:
     if execution.status in EXECUTION_TERMINAL:
         progress.stop_attempts(execution.pk, stopping.leftover_attempts(execution), dispatcher=True)
         return execution
-    if execution.status not in EXECUTION_WAITING:
-        # A dispatcher running the workflow function holds the row lock: it is stopped first,
-        # which lets the lock go (its transaction rolls back; its message finds the kill later).
-        dispatch.broadcast_kill(execution.pk, dispatcher=True)
+    # A dispatcher running the workflow function holds the row lock (an execution it is starting
+    # still reads pending from outside): it is stopped first, which lets the lock go — its
+    # transaction rolls back, and its redelivered message finds the execution cancelled.
+    dispatch.broadcast_kill(execution.pk, dispatcher=True)
     with transaction.atomic():
         execution = _locked(execution_id)
         if execution.status in EXECUTION_WAITING:

@@ -185,3 +185,21 @@ def test_every_ending_cancels_and_stops_running_operations_before_the_execution_
     stack.wait_for(lambda: gone(pool_process), stack.workflows["KILL_GRACE_SECONDS"] + 2,
                    f"busy's process {pool_process} to be stopped")
     assert_operation_events_consistent(execution)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_kill_stops_a_dispatcher_stuck_in_workflow_code(stack):
+    """The dispatcher holds the execution's row lock while workflow code runs; a kill stops its
+    process first, and the manager carries on with other work."""
+    s = up(stack)
+    execution = services.start("it_stuck", {})
+    dispatcher = stack.wait_for(lambda: stack.invocations("stuck"), 30, "the workflow code to run")[0]["pid"]
+    asked = time.monotonic()
+    assert services.kill(execution.pk).status == "cancelled"
+    assert time.monotonic() - asked < stack.workflows["KILL_GRACE_SECONDS"] + 2
+    stack.wait_for(lambda: gone(dispatcher), 5, f"the dispatcher's process {dispatcher} to be gone")
+    time.sleep(1)  # its message comes back (late ack) and finds the execution cancelled
+    assert Execution.objects.get(pk=execution.pk).status == "cancelled"
+    assert len(stack.invocations("stuck")) == 1
+    following = services.start("it_single", {"agent": s.h1, "tag": "next", "seconds": 0.0})
+    finish(stack, following, "completed")
