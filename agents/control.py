@@ -48,7 +48,7 @@ def terminate(keys, grace) -> list[str]:
         pgid = local.process_group_of(key)
         if pgid is None or pgid == os.getpgrp() or not local.group_alive(pgid):
             continue
-        _signal(pgid, signal.SIGTERM)
+        local.signal_group(pgid, signal.SIGTERM)
         targets.append((key, pgid))
     if targets:
         logger.warning("kill: SIGTERM to %s; SIGKILL in %ss to what is left", [k for k, _ in targets], grace)
@@ -64,12 +64,5 @@ def _finish(targets):
         # the group's stragglers are found here. A record that is gone means the attempt ended by
         # itself and its pool process may run something else now: it is left alone.
         if local.process_group_of(key) == pgid:
-            _signal(pgid, signal.SIGKILL)
+            local.signal_group(pgid, signal.SIGKILL)
             local.mark_done(key)
-
-
-def _signal(pgid, sig):
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -67,14 +67,19 @@ def kill_leftovers(agent_name) -> list[int]:
             pgid = int(entry.read_text())
         except (OSError, ValueError):
             pgid = None
-        if pgid and group_alive(pgid):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-                killed.append(pgid)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if pgid and group_alive(pgid) and signal_group(pgid, signal.SIGKILL):
+            killed.append(pgid)
         entry.unlink(missing_ok=True)
     return killed
+
+
+def signal_group(pgid, sig) -> bool:
+    """Send ``sig`` to the process group ``pgid``; False when it is gone (or not ours)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def group_alive(pgid) -> bool:

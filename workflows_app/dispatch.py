@@ -46,18 +46,18 @@ def send_operation(operation):
             pass  # the agent already moved it on (sent -> started), or a cancel ended it
 
 
-def broadcast_kill(execution_id, attempts=(), *, dispatcher=False, reply=False):
+def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
     """Ask every agent and manager to stop the process groups of ``attempts`` (pairs of operation
     id and attempt) and, with ``dispatcher``, the execution's dispatcher: SIGTERM now, SIGKILL
-    after ``KILL_GRACE_SECONDS`` (``agents.control``). With ``reply``, waits up to a second for
-    the workers' answers and returns them."""
+    after ``KILL_GRACE_SECONDS`` (``agents.control``). Fire and forget: fencing covers a worker
+    that does not hear it."""
     from agents.control import KILL_COMMAND
 
-    return _app().control.broadcast(
+    _app().control.broadcast(
         KILL_COMMAND,
         arguments={"execution_id": str(execution_id), "attempts": [[str(pk), attempt] for pk, attempt in attempts],
                    "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
-        reply=reply, timeout=1.0,
+        reply=False,
     )
 
 

@@ -145,15 +145,14 @@ def send_due_retries(now=None, limit=500):
     return sent
 
 
-def cancel_operations(execution, states, message, error=None, *, stop_processes=True) -> list:
+def cancel_operations(execution, states, message, error=None, *, stop_processes=True):
     """Mark the execution's operations in ``states`` cancelled (cancel first, terminate after).
 
     Messages of those not started yet are revoked (fencing refuses them anyway). With
     ``stop_processes``, those that were running are asked to stop — SIGTERM to their process
     groups on every agent, SIGKILL after KILL_GRACE_SECONDS — once this commits; without it they
-    run on and their reports are kept as ``stale_report`` events (force-cancel). Returns the
-    operations cancelled."""
-    cancelled, running, unsent = [], [], []
+    run on and their reports are kept as ``stale_report`` events (force-cancel)."""
+    running, unsent = [], []
     for operation in Operation.objects.filter(execution_id=execution.pk, state__in=states):
         was = operation.state
         fields = {"error": error} if error is not None else {}
@@ -161,7 +160,6 @@ def cancel_operations(execution, states, message, error=None, *, stop_processes=
             operation_transition(operation, OperationState.CANCELLED, message=message, **fields)
         except TransitionRefused:
             continue  # it finished meanwhile: its own terminal event stands
-        cancelled.append(operation)
         if was == OperationState.STARTED:
             running.append(operation)
         elif was in (OperationState.SENDING, OperationState.SENT):
@@ -171,7 +169,6 @@ def cancel_operations(execution, states, message, error=None, *, stop_processes=
         transaction.on_commit(lambda: dispatch.revoke(task_ids))
     if running and stop_processes:
         stop_attempts(execution.pk, [(op.pk, op.attempt) for op in running])
-    return cancelled
 
 
 def stop_attempts(execution_id, attempts, *, dispatcher=False):
