@@ -51,6 +51,8 @@ class ExecutionAdmin(admin.ModelAdmin):
         _action(services.cancel, "cancel", "Cancel: stop starting operations, await the running ones"),
         _action(services.force_cancel, "force-cancel", "Force-cancel: end now, without waiting", ["force"]),
         _action(services.kill, "kill", "Kill: signal the processes of running operations", ["force"]),
+        _action(services.resume, "resume", "Resume: run failed and cancelled operations again, with a new token"),
+        _action(services.force_resume, "force-resume", "Force-resume: also reset operations left in flight", ["force"]),
     ]
 
     def has_force_permission(self, request):

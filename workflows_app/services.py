@@ -4,7 +4,7 @@ Each returns the execution as it left it; a refused action raises ``ActionRefuse
 changed) and an unknown id ``Execution.DoesNotExist``.
 """
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
@@ -16,6 +16,8 @@ from workflows_app.states import (
     EXECUTION_TERMINAL,
     EXECUTION_TRANSITIONS,
     EXECUTION_WAITING,
+    OPERATION_FORCE_RESUMABLE,
+    OPERATION_RESUMABLE,
     EventType,
     ExecutionStatus,
     FailureMode,
@@ -90,6 +92,56 @@ def kill(execution_id) -> Execution:
             execution_transition(execution, ExecutionStatus.KILL_CANCELLING, renew_token=True, message="kill requested")
         stopping.carry_on(execution)
     return execution
+
+
+#: Where resume and force-resume are allowed (SPEC §4).
+RESUMABLE = (ExecutionStatus.STARTED, ExecutionStatus.CANCELLED, ExecutionStatus.FAILED)
+FORCE_RESUMABLE = (ExecutionStatus.CANCELLED, ExecutionStatus.FAILED)
+
+
+def resume(execution_id) -> Execution:
+    """Resume: ``started`` with a new token. Operations ``rescheduled``, ``failed`` and
+    ``cancelled`` go back to ``pending`` (retries counted from 0) and are sent when their
+    dependencies have succeeded; ``sent`` and ``started`` ones are awaited, not sent again;
+    succeeded ones never run again. The workflow function replays from its durable state.
+
+    Resuming a ``started`` execution (a stuck one) replaces its dispatcher: the old one holds
+    the old token and can change nothing; one stuck in workflow code is stopped."""
+    return _resume(execution_id, "resume", RESUMABLE, OPERATION_RESUMABLE)
+
+
+def force_resume(execution_id) -> Execution:
+    """Force-resume (``cancelled``/``failed`` only): as resume, and operations left ``sending``,
+    ``sent`` or ``started`` are reset to ``pending`` too and sent again as a new attempt (the
+    processes of their old attempts, if any still run, are stopped)."""
+    return _resume(execution_id, "force-resume", FORCE_RESUMABLE, OPERATION_FORCE_RESUMABLE)
+
+
+def _resume(execution_id, action, allowed, reset_states) -> Execution:
+    with transaction.atomic():
+        execution = _locked_or_stop_dispatcher(execution_id)
+        if execution.status not in allowed:
+            raise ActionRefused(action, execution.pk, ExecutionStatus(execution.status), sorted(allowed))
+        previous = execution.status
+        execution_transition(execution, ExecutionStatus.STARTED, renew_token=True, error="",
+                             message=f"{action} requested ({previous} -> started)",
+                             data={"action": action, "error": execution.error[:2000]})
+        progress.reset_operations(execution, reset_states, f"reset by {action}")
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+    return execution
+
+
+def _locked_or_stop_dispatcher(execution_id) -> Execution:
+    """The execution, its row locked. A dispatcher running the workflow function holds that lock
+    for as long as the function runs: when it is taken, the dispatcher is stopped (as a kill
+    stops it: its transaction rolls back and its message is delivered again) and the lock awaited."""
+    try:
+        with transaction.atomic():  # a savepoint: the refused lock must not abort the outer transaction
+            return Execution.objects.select_for_update(nowait=True).get(pk=execution_id)
+    except DatabaseError:  # the lock is held (PostgreSQL: lock_not_available)
+        pass
+    dispatch.broadcast_kill(execution_id, dispatcher=True)
+    return _locked(execution_id)
 
 
 def _stop(execution_id, action, target) -> Execution:

@@ -49,7 +49,7 @@ def advance(execution_id):
 def _run(execution):
     operations = list(Operation.objects.filter(execution_id=execution.pk))
     now = timezone.now()
-    if execution.timeout is not None and execution.started_at + timedelta(seconds=execution.timeout) <= now:
+    if progress.timeout_due(execution, now):
         return end(execution, ExecutionStatus.TIMED_OUT, f"the execution's timeout of {execution.timeout}s passed")
 
     failed = sorted((op for op in operations if op.state == OperationState.FAILED), key=lambda op: op.failed_at)

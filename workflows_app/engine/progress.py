@@ -11,12 +11,13 @@ import logging
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Count, F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from workflows_app import dispatch
 from workflows_app.errors import TransitionRefused
-from workflows_app.models import Execution, Operation, OperationDependency
+from workflows_app.models import Event, Execution, Operation, OperationDependency
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import (
     EventType,
@@ -194,3 +195,38 @@ def record_cancelled(operation, attempt, error):
             return _stale(operation, attempt, refused, {"error": error})
         transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
     return True
+
+
+def timeout_due(execution, now=None) -> bool:
+    """Whether the execution's own ``timeout`` has passed, counted from when it last started to
+    run: its start, or its latest resume (a resumed execution gets its whole timeout again)."""
+    if execution.timeout is None or execution.started_at is None:
+        return False
+    since = execution.started_at
+    resumed = (Event.objects.filter(execution_id=execution.pk, type=EventType.WORKFLOW_RESUMED)
+               .order_by("-id").values_list("timestamp", flat=True).first())
+    if resumed is not None and resumed > since:
+        since = resumed
+    return since + timedelta(seconds=execution.timeout) <= (now or timezone.now())
+
+
+def reset_operations(execution, states, message):
+    """Resume's reset (SPEC §5): the execution's operations in ``states`` go back to ``pending``
+    with ``current_retries = 0``; the dependencies still to succeed are counted again; every
+    pending operation whose dependencies have all succeeded is sent. Whatever process of a reset
+    attempt may still run is stopped once this commits (its attempt is over: a report from it
+    is stale), so a step never runs twice at once."""
+    superseded = []
+    for operation in Operation.objects.filter(execution_id=execution.pk, state__in=states):
+        if operation.started_at is not None:
+            superseded.append((operation.pk, operation.attempt))
+        operation_transition(operation, OperationState.PENDING, message=message, current_retries=0,
+                             next_attempt_at=None, error=None, result=None)
+    unfinished = (OperationDependency.objects.filter(operation_id=OuterRef("pk"))
+                  .exclude(depends_on__state=OperationState.SUCCEEDED)
+                  .order_by().values("operation_id").annotate(n=Count("pk")).values("n"))
+    pending = Operation.objects.filter(execution_id=execution.pk, state=OperationState.PENDING)
+    pending.update(pending_dependencies=Coalesce(Subquery(unfinished), 0))
+    send_ready(execution, list(pending.filter(pending_dependencies=0)))
+    if superseded:
+        stop_attempts(execution.pk, superseded)

@@ -67,7 +67,7 @@ def wake_due_executions(now):
         if stopping.cancel_timed_out(execution, now):
             due.add(execution.pk)
     for execution in started.filter(timeout__isnull=False).only("pk", "started_at", "timeout"):
-        if execution.started_at + timedelta(seconds=execution.timeout) <= now:
+        if progress.timeout_due(execution, now):
             due.add(execution.pk)
     failing = Operation.objects.filter(execution__status=ExecutionStatus.STARTED, state=OperationState.FAILED)
     for execution_id, failed_at, wait in failing.values_list("execution_id", "failed_at", "execution__wait_after_fail"):
