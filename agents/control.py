@@ -24,6 +24,7 @@ from agents import local
 logger = logging.getLogger(__name__)
 
 KILL_COMMAND = "switchyard_kill"
+RUNNING_COMMAND = "switchyard_running"
 
 
 @control_command(
@@ -38,6 +39,14 @@ def switchyard_kill(state, execution_id=None, attempts=None, dispatcher=False, g
         keys.append(local.dispatcher_key(execution_id))
     signalled = terminate(keys, float(grace))
     return {"ok": {"signalled": signalled, "agent": local.name()}}
+
+
+@control_command(name=RUNNING_COMMAND)
+def switchyard_running(state, **kwargs):
+    """What this worker runs now: its agent name, this run's incarnation and the operation
+    attempts its pool processes run (keys ``<operation id>.<attempt>``). A manager that starts
+    asks every worker, to tell the operations still running from those lost (SPEC §9)."""
+    return {"ok": {"agent": local.name(), "incarnation": local.incarnation(), "running": local.running_attempts()}}
 
 
 def terminate(keys, grace) -> list[str]:

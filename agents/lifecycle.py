@@ -5,6 +5,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 
 from django.db import close_old_connections, connections
@@ -75,3 +76,77 @@ class Ticker(threading.Thread):
                 self.fn()
             except Exception:
                 logger.exception("%s failed", self.name)
+
+
+class GracefulShutdown:
+    """SIGTERM to a manager or agent (SPEC §9), in the phases of
+    ``WORKFLOWS["SHUTDOWN_PHASE_TIMEOUTS"]``:
+
+    1. ``stop_intake``: Celery's warm shutdown stops consuming at once; the threads in
+       ``stop_first`` (the manager's tick, which sends work) are stopped and awaited.
+    2. ``finish_running``: the operations and dispatchers this process runs may finish. Those
+       still running when it is over are handed back: each attempt is recorded lost — a
+       retryable failure, so another worker (or this one after its restart) runs it again — and
+       its process group gets SIGTERM, then SIGKILL after KILL_GRACE_SECONDS; a dispatcher's
+       message goes back to the queue.
+    3. ``flush``: with nothing running, Celery acknowledges, closes its connections and exits; a
+       process that has not exited when this phase is over exits at once (status 1).
+
+    The heartbeat goes on until the process exits, so the agent stays online while it finishes.
+    """
+
+    def __init__(self, label, *, stop_first=()):
+        self.label, self.stop_first = label, list(stop_first)
+        self._started = threading.Event()
+
+    def install(self):
+        from celery.signals import worker_shutting_down
+
+        worker_shutting_down.connect(self._begin, weak=False)
+
+    def _begin(self, sig=None, how=None, **kwargs):
+        if how != "Warm" or self._started.is_set():
+            return
+        self._started.set()
+        threading.Thread(target=self.run_phases, name="graceful-shutdown", daemon=True).start()
+
+    def run_phases(self, exit=os._exit):
+        phases = workflows_settings.SHUTDOWN_PHASE_TIMEOUTS
+        logger.warning("%s: shutting down (phase timeouts %s)", self.label, phases)
+        for thread in self.stop_first:
+            thread.stopped.set()
+        for thread in self.stop_first:
+            if thread.is_alive():
+                thread.join(phases["stop_intake"])
+
+        deadline = time.monotonic() + phases["finish_running"]
+        while local.running_keys() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = local.running_keys()
+        if left:
+            logger.warning("%s: still running after %ss, handed back: %s", self.label, phases["finish_running"], left)
+            hand_back(left, f"handed back: {self.label} shut down before it finished")
+        close_old_connections()
+        connections.close_all()
+
+        time.sleep(phases["flush"])
+        logger.error("%s: still not stopped %ss after the last phase began: exiting now", self.label, phases["flush"])
+        exit(1)
+
+
+def hand_back(keys, reason):
+    """Record each running attempt of ``keys`` lost (retryable), then stop its process group."""
+    from agents.control import terminate
+
+    for key in keys:
+        if key.startswith(local.DISPATCHER_PREFIX):
+            continue
+        operation_id, _, attempt = key.rpartition(".")
+        try:
+            operation = Operation.objects.filter(pk=operation_id).first()
+            if operation is not None and operation.attempt == int(attempt) and operation.state == OperationState.STARTED:
+                progress.record_failure(operation, operation.attempt,
+                                        {"type": "WorkerLost", "message": reason, "traceback": ""}, retryable=True)
+        except Exception:
+            logger.exception("could not hand back %s", key)
+    terminate(keys, float(workflows_settings.KILL_GRACE_SECONDS))

@@ -6,10 +6,12 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 from django.conf import settings
 
 NAME_ENV = "SWITCHYARD_AGENT_NAME"
 INCARNATION_ENV = "SWITCHYARD_AGENT_INCARNATION"
+DISPATCHER_PREFIX = "dispatch-"
 
 
 def name():
@@ -33,7 +35,30 @@ def attempt_key(operation_id, attempt) -> str:
 
 def dispatcher_key(execution_id) -> str:
     """The name under which an execution's dispatcher is recorded while it runs."""
-    return f"dispatch-{execution_id}"
+    return f"{DISPATCHER_PREFIX}{execution_id}"
+
+
+def running_keys() -> list[str]:
+    """The keys (attempts and dispatchers) this worker's pool processes run now. (Managers on
+    one host share a running directory: each counts only the groups its own children lead.)"""
+    keys = []
+    for entry in running_dir().iterdir():
+        pgid = recorded_group(entry)
+        if pgid is not None and pgid != os.getpgrp() and _my_child(pgid):
+            keys.append(entry.name)
+    return keys
+
+
+def _my_child(pid) -> bool:
+    try:
+        return psutil.Process(pid).ppid() == os.getpid()
+    except psutil.Error:
+        return False
+
+
+def running_attempts() -> list[str]:
+    """The keys of the operation attempts running on this host now."""
+    return [key for key in running_keys() if not key.startswith(DISPATCHER_PREFIX)]
 
 
 def mark_running(key):
@@ -47,8 +72,13 @@ def mark_done(key):
 
 def process_group_of(key):
     """The process group recorded as running ``key`` on this host, or None."""
+    return recorded_group(running_dir() / key)
+
+
+def recorded_group(entry: Path):
+    """The process group id a file of a running directory holds, or None."""
     try:
-        return int((running_dir() / key).read_text())
+        return int(entry.read_text())
     except (OSError, ValueError):
         return None
 
@@ -63,10 +93,7 @@ def kill_leftovers(agent_name) -> list[int]:
     """SIGKILL every process group an earlier run of ``agent_name`` left on this host."""
     killed = []
     for entry in running_dir(agent_name).iterdir():
-        try:
-            pgid = int(entry.read_text())
-        except (OSError, ValueError):
-            pgid = None
+        pgid = recorded_group(entry)
         if pgid and group_alive(pgid) and signal_group(pgid, signal.SIGKILL):
             killed.append(pgid)
         entry.unlink(missing_ok=True)

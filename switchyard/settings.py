@@ -133,6 +133,9 @@ SWITCHYARD_EMBEDDED_REDIS = CELERY_BROKER_URL == embedded_redis.url(VAR_DIR)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# An operation running when the broker connection drops runs on (its result goes to the
+# database, not the broker); what the broker lost is sent again from the database (SPEC §9).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 # Events for Flower.
 CELERY_WORKER_SEND_TASK_EVENTS = True

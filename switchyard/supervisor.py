@@ -21,8 +21,9 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, children, *, cwd=None, grace=10.0, out=sys.stdout):
+    def __init__(self, children, *, cwd=None, grace=10.0, out=sys.stdout, before_stop=None):
         self.children = list(children)
+        self.before_stop = before_stop
         self.cwd = cwd
         self.grace = grace
         self.out = out
@@ -51,6 +52,8 @@ class Supervisor:
                     break
                 time.sleep(0.2)
         finally:
+            if self.before_stop is not None and status == 0:
+                self.before_stop()
             self.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

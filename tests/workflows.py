@@ -59,10 +59,11 @@ def mark(ctx, tag, **extra) -> int:
 # --- operations --------------------------------------------------------------------------
 
 @operation(name="it_step", max_retries=0)
-def step(ctx, tag, sleep=0.0, fail=None, sleep_first_only=False, value=None, spawn=False):
+def step(ctx, tag, sleep=0.0, fail=None, sleep_first_only=False, value=None, spawn=False, done=False):
     """Marks ``tag``, sleeps ``sleep`` s (only on the first invocation with
     ``sleep_first_only``), then fails as ``fail`` says ("nonrecoverable", "recoverable",
-    "value_error") or returns ``value`` (default: the tag).
+    "value_error") or returns ``value`` (default: the tag). With ``done`` it marks
+    ``<tag>:done`` once it got to the end (so a test counts the invocations that finished).
 
     With ``spawn`` the sleeping is done by a child process (in the operation's process group,
     its pid in the marker as ``child``), as an operation that runs a command would."""
@@ -75,6 +76,8 @@ def step(ctx, tag, sleep=0.0, fail=None, sleep_first_only=False, value=None, spa
         child.wait()
     elif sleeping:
         time.sleep(sleep)
+    if done:
+        mark(ctx, f"{tag}:done")
     if fail == "nonrecoverable":
         raise NonRecoverableError(f"{tag} fails for good")
     if fail == "recoverable":
@@ -327,3 +330,46 @@ def stuck(ctx, seconds=1000.0):
     """Workflow code that never returns (a dispatcher only a kill can stop). Marks ``stuck``."""
     mark(ctx, "stuck")
     time.sleep(seconds)
+
+
+# --- restart and resume (tests/integration/test_restart.py) ----------------------------------
+
+@operation(name="it_needs_file", max_retries=0, retry_interval=0.2)
+def needs_file(ctx, tag, path, recoverable=False):
+    """Marks ``tag``; fails unless ``path`` exists — the cause a test fixes before it resumes —
+    with RecoverableError when ``recoverable``, else NonRecoverableError."""
+    mark(ctx, tag)
+    if not os.path.exists(path):
+        raise (RecoverableError if recoverable else NonRecoverableError)(f"{tag}: {path} is missing")
+    return tag
+
+
+@workflow(name="it_resumable")
+def resumable(ctx, agent, path, recoverable=False, retries=0):
+    """``before``, then ``needs`` (fails until ``path`` exists), then ``after``."""
+    ctx.await_execute("before", step, "before", agent=agent)
+    ctx.await_execute("needs", needs_file, "needs", path, recoverable=recoverable, agent=agent, max_retries=retries)
+    ctx.set_payload({"after": ctx.await_execute("after", step, "after", agent=agent)})
+
+
+@workflow(name="it_restart")
+def restart_mix(ctx, agents, seconds=6.0, chain=8, manager_seconds=None, step_seconds=0.5, spawn=False, wide=0):
+    """Work on every queue at once: ``slow-manager`` (no agent: it runs on a manager; it sleeps
+    ``manager_seconds``, default ``seconds``) and ``slow-agent`` sleep on their first invocation; beside them a chain of ``chain``
+    steps of ``step_seconds`` alternates between the two agents; ``join`` comes after all of it. Every step
+    marks ``<tag>:done`` when it finishes. With ``spawn`` the two slow steps sleep in a child
+    process (a command they run); ``wide`` more steps of ``step_seconds`` on the first agent
+    queue up behind one another there."""
+    g = ctx.graph()
+    g.add("slow-manager", step, "slow-manager", sleep=seconds if manager_seconds is None else manager_seconds,
+          sleep_first_only=True, done=True, max_retries=3, spawn=spawn)
+    g.add("slow-agent", step, "slow-agent", sleep=seconds, sleep_first_only=True, done=True, agent=agents[0],
+          max_retries=3, spawn=spawn)
+    wide_steps = [g.add(f"w{i}", step, f"w{i}", sleep=step_seconds, done=True, agent=agents[0], max_retries=3)
+                  for i in range(wide)]
+    previous = None
+    for i in range(chain):
+        previous = g.add(f"c{i}", step, f"c{i}", sleep=step_seconds, done=True, agent=agents[i % 2], max_retries=3,
+                         depends_on=[previous] if previous else [])
+    g.add("join", step, "join", done=True, agent=agents[1], depends_on=["slow-manager", "slow-agent", previous, *wide_steps])
+    return g.run()

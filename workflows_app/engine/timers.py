@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents.models import Agent
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress, stopping
+from workflows_app.engine import progress, recovery, stopping
 from workflows_app.models import Execution, Operation
 from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, OperationState
 
@@ -25,6 +25,8 @@ RESEND_AFTER_SECONDS = 30
 #: The sweep for lost messages is heavier and rarely finds anything: not on every tick.
 SWEEP_EVERY_SECONDS = 10
 _last_sweep = None
+#: Seconds between two looks at the broker's identity (a restarted Redis lost its queues).
+BROKER_CHECK_SECONDS = 3
 
 
 def tick(now=None):
@@ -37,6 +39,10 @@ def tick(now=None):
     if _last_sweep is None or (now - _last_sweep).total_seconds() >= SWEEP_EVERY_SECONDS:
         _last_sweep = now
         resend_stuck_messages(now)
+    try:
+        recovery.broker_watch.check(every=BROKER_CHECK_SECONDS)
+    except Exception as exc:  # the broker is down: the next tick looks again
+        logger.warning("could not reach the broker: %s", exc)
 
 
 def fail_timed_out_operations(now):

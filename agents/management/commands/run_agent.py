@@ -7,7 +7,7 @@ from celery.signals import worker_ready
 from django.core.management.base import BaseCommand, CommandError
 
 import agents.control  # noqa: F401  (registers the kill remote-control command)
-from agents.lifecycle import Heartbeat, begin
+from agents.lifecycle import GracefulShutdown, Heartbeat, begin
 from switchyard.celery import app
 from workflows_app.registry import load_workflow_modules
 
@@ -30,6 +30,7 @@ class Command(BaseCommand):
         heartbeat = Heartbeat(name, incarnation)
         # Threads start once the pool has forked, so no pool process inherits their connections.
         worker_ready.connect(lambda **kw: heartbeat.start(), weak=False)
+        GracefulShutdown(f"agent {name}").install()
         app.worker_main([
             "worker", "--queues", name, "--hostname", f"{name}@{socket.gethostname()}",
             "--concurrency", str(concurrency), "--loglevel", loglevel,

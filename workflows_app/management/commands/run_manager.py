@@ -8,14 +8,12 @@ from celery.signals import worker_ready
 from django.core.management.base import BaseCommand
 
 import agents.control  # noqa: F401  (registers the kill remote-control command)
-from agents.lifecycle import Ticker, begin
+from agents.lifecycle import GracefulShutdown, Ticker, begin
 from switchyard.celery import app
-from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
+from workflows_app.engine import recovery
 from workflows_app.engine.timers import tick
-from workflows_app.models import Execution
 from workflows_app.registry import load_workflow_modules
-from workflows_app.states import EXECUTION_RUNNING
 
 TICK_SECONDS = 0.5
 
@@ -30,13 +28,13 @@ class Command(BaseCommand):
     def handle(self, *args, concurrency, loglevel, **options):
         load_workflow_modules()
         queue = workflows_settings.MANAGEMENT_QUEUE
-        # Any manager carries on every running execution: nothing belongs to one process.
-        for pk in Execution.objects.filter(status__in=EXECUTION_RUNNING).values_list("pk", flat=True):
-            dispatch.send_advance(pk)
-        begin(queue, register=False)
+        # Any manager carries on every execution: nothing belongs to one process (SPEC §9).
+        recovery.on_manager_start()
+        incarnation = begin(queue, register=False)
         ticker = Ticker(tick, TICK_SECONDS)
         # Threads start once the pool has forked, so no pool process inherits their connections.
         worker_ready.connect(lambda **kw: ticker.start(), weak=False)
+        GracefulShutdown(f"manager {incarnation[:8]}", stop_first=[ticker]).install()
         argv = ["worker", "--queues", queue, "--hostname", f"manager-{uuid.uuid4().hex[:8]}@{socket.gethostname()}",
                 "--loglevel", loglevel, "--without-gossip", "--without-mingle", "--task-events"]
         if concurrency:

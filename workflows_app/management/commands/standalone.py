@@ -8,6 +8,7 @@ Ctrl-C stops all of it gracefully.
 
 import secrets
 import sys
+import time
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -17,6 +18,9 @@ from django.core.management.base import BaseCommand
 from switchyard import embedded_redis
 from switchyard.supervisor import Child, Supervisor
 from workflows_app import services
+from workflows_app.conf import workflows_settings
+from workflows_app.models import Execution
+from workflows_app.states import EXECUTION_ACTIVE
 
 PASSWORD_FILE = "standalone_admin_password.txt"
 
@@ -51,7 +55,10 @@ class Command(BaseCommand):
         ]
         if not no_flower:
             children.append(Child("flower", manage + ["run_flower", f"--address={address}", f"--port={flower_port}"]))
-        supervisor = Supervisor(children, cwd=settings.BASE_DIR, out=self.stdout)
+        phases = workflows_settings.SHUTDOWN_PHASE_TIMEOUTS
+        supervisor = Supervisor(children, cwd=settings.BASE_DIR, out=self.stdout,
+                                grace=float(sum(phases.values())),
+                                before_stop=self._abort_executions if workflows_settings.ABORT_ON_TERMINATE else None)
         supervisor.start()
         self.stdout.write(
             "\nSwitchyard is running:\n"
@@ -68,6 +75,21 @@ class Command(BaseCommand):
             embedded_redis.stop(settings.VAR_DIR)
             self.stdout.write("embedded Redis stopped")
         sys.exit(status)
+
+    def _abort_executions(self):
+        """WORKFLOWS["ABORT_ON_TERMINATE"] (Cromwell's abort-jobs-on-terminate): the stack is
+        going away, so its executions are killed first, while the agent can still stop their
+        processes; otherwise they carry on when the stack starts again."""
+        active = list(Execution.objects.filter(status__in=EXECUTION_ACTIVE).values_list("pk", flat=True))
+        for pk in active:
+            try:
+                services.kill(pk)
+            except Exception as exc:  # one execution must not keep the others from stopping
+                self.stdout.write(f"could not kill execution {pk}: {exc}")
+        deadline = time.monotonic() + workflows_settings.SHUTDOWN_PHASE_TIMEOUTS["stop_intake"] + workflows_settings.KILL_GRACE_SECONDS
+        while time.monotonic() < deadline and Execution.objects.filter(pk__in=active, status__in=EXECUTION_ACTIVE).exists():
+            time.sleep(0.2)
+        self.stdout.write(f"ABORT_ON_TERMINATE: killed {len(active)} active execution(s)")
 
     def _admin_password(self):
         """The admin user's password: made once, kept under var/ so every start prints the same."""
