@@ -1,5 +1,6 @@
 """``manage.py standalone`` starts the local stack on embedded defaults; Ctrl-C stops all of it."""
 
+import json
 import os
 import signal
 import socket
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -47,6 +49,25 @@ def var_dir(tmp_path):
     embedded_redis.stop(tmp_path / "var")
 
 
+@contextmanager
+def standalone(env, log_path, *args):
+    """``manage.py standalone *args`` in its own session; its output is printed if the test
+    fails, and whatever of it is left is killed at the end."""
+    log = open(log_path, "w+")
+    proc = subprocess.Popen([sys.executable, "manage.py", "standalone", *args], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc, log
+    except BaseException:
+        log.seek(0)
+        print(log.read())
+        raise
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def manage(env, *args):
     done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -57,10 +78,7 @@ def test_standalone_runs_the_demo_serves_admin_and_flower_and_stops_everything_o
     web, flower = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}}
     env["SWITCHYARD_VAR_DIR"] = str(var_dir)
-    log = open(tmp_path / "standalone.log", "w+")
-    proc = subprocess.Popen([sys.executable, "manage.py", "standalone", "--port", str(web), "--flower-port", str(flower)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    with standalone(env, tmp_path / "standalone.log", "--port", str(web), "--flower-port", str(flower)) as (proc, log):
         wait_for(lambda: get(f"http://127.0.0.1:{web}/admin/login/") == 200, 60, "the admin login page")
         wait_for(lambda: get(f"http://127.0.0.1:{flower}/") == 200, 60, "Flower")
         # The demo workflow runs to its end on the stack's own manager and agent.
@@ -83,11 +101,25 @@ def test_standalone_runs_the_demo_serves_admin_and_flower_and_stops_everything_o
         assert alive == [], f"left running: {alive}"
         assert get(f"http://127.0.0.1:{web}/admin/login/") is None
         assert not embedded_redis.ping(var_dir), "the embedded Redis it started is stopped too"
-    except BaseException:
-        log.seek(0)
-        print(log.read())
-        raise
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+
+
+@pytest.mark.slow
+def test_standalone_with_abort_on_terminate_kills_running_executions_when_stopped(var_dir, tmp_path):
+    """WORKFLOWS["ABORT_ON_TERMINATE"] (Cromwell's abort-jobs-on-terminate): Ctrl-C kills every
+    active execution before the stack goes away; without it they would carry on at the next start."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}}
+    env.update({"SWITCHYARD_VAR_DIR": str(var_dir), "SWITCHYARD_WORKFLOW_MODULES": "tests.workflows",
+                "SWITCHYARD_WORKFLOWS": '{"ABORT_ON_TERMINATE": true, "KILL_GRACE_SECONDS": 1}',
+                "SWITCHYARD_TEST_MARKERS": str(tmp_path)})
+    with standalone(env, tmp_path / "standalone.log", "--port", str(free_port()), "--no-flower", "--no-demo") as (proc, log):
+        wait_for(lambda: "Press Ctrl-C" in Path(log.name).read_text(), 60, "the stack to start")
+        execution_id = manage(env, "start_execution", "it_single", "--param", "agent=local", "--param", "seconds=300",
+                              "--param", "spawn=true").split()[0]
+        wait_for(lambda: (tmp_path / "long").exists(), 60, "the operation to run")
+        command = json.loads((tmp_path / "long").read_text().splitlines()[0])["child"]
+
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert "ABORT_ON_TERMINATE: killed 1 active execution(s)" in Path(log.name).read_text()
+        assert execution_id in manage(env, "list_executions", "--status", "cancelled")
+        assert not psutil.pid_exists(command) or psutil.Process(command).status() == psutil.STATUS_ZOMBIE

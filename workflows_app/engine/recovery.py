@@ -45,7 +45,7 @@ def on_manager_start():
         if killed:
             logger.warning("killed %d operation process group(s) an earlier manager on this host left: %s", len(killed), killed)
         started = list(Operation.objects.filter(state=OperationState.STARTED, execution__status__in=EXECUTION_RUNNING))
-        lost = reconcile_started(started, ask_workers())
+        lost = reconcile_started(started, ask_workers()) if started else 0
     except Exception:  # the broker is not up yet: heartbeats and the tick reconcile later
         logger.exception("could not ask the workers what they run; started operations are left to their heartbeats")
         lost = 0

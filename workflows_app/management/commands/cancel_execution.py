@@ -1,11 +1,9 @@
 """``manage.py cancel_execution ID [--force | --kill]``"""
 
-from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from workflows_app import services
-from workflows_app.errors import ActionRefused
-from workflows_app.models import Execution
+from workflows_app.management.cli import call_action
 
 
 class Command(BaseCommand):
@@ -20,10 +18,5 @@ class Command(BaseCommand):
 
     def handle(self, *args, execution_id, force, kill, **options):
         action = services.kill if kill else services.force_cancel if force else services.cancel
-        try:
-            execution = action(execution_id)
-        except (Execution.DoesNotExist, ValidationError, ValueError):
-            raise CommandError(f"no execution {execution_id!r}") from None
-        except ActionRefused as refused:
-            raise CommandError(str(refused)) from None
+        execution = call_action(action, execution_id)
         self.stdout.write(f"{execution.pk} {execution.status}")

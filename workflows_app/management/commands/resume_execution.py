@@ -1,13 +1,9 @@
 """``manage.py resume_execution ID [--force | --reset-operations] [--wait]``"""
 
-from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from workflows_app import services
-from workflows_app.errors import ActionRefused
-from workflows_app.management.commands.start_execution import follow
-from workflows_app.models import Execution
-from workflows_app.states import ExecutionStatus
+from workflows_app.management.cli import call_action, wait_until_completed
 
 
 class Command(BaseCommand):
@@ -23,16 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=None, help="with --wait: give up after this many seconds")
 
     def handle(self, *args, execution_id, force, wait, timeout, **options):
-        action = services.force_resume if force else services.resume
-        try:
-            execution = action(execution_id)
-        except (Execution.DoesNotExist, ValidationError, ValueError):
-            raise CommandError(f"no execution {execution_id!r}") from None
-        except ActionRefused as refused:
-            raise CommandError(str(refused)) from None
+        execution = call_action(services.force_resume if force else services.resume, execution_id)
         self.stdout.write(f"{execution.pk} {execution.status}")
         if wait:
-            status = follow(execution.pk, self.stdout, timeout)
-            if status != ExecutionStatus.COMPLETED:
-                error = Execution.objects.get(pk=execution.pk).error.splitlines()
-                raise CommandError(f"execution {execution.pk} ended {status}" + (f": {error[0]}" if error else ""))
+            wait_until_completed(execution.pk, self.stdout, timeout)

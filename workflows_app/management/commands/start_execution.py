@@ -1,15 +1,12 @@
 """``manage.py start_execution WORKFLOW [--param k=v ...] [--deployment D] [--wait]``"""
 
 import json
-import sys
-import time
 
 from django.core.management.base import BaseCommand, CommandError
 
 from workflows_app import services
 from workflows_app.errors import ParameterError, RegistrationError
-from workflows_app.models import Execution, Operation
-from workflows_app.states import EXECUTION_TERMINAL, ExecutionStatus
+from workflows_app.management.cli import wait_until_completed
 
 
 def parse_param(text):
@@ -45,28 +42,5 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         self.stdout.write(str(execution.pk))
         if wait:
-            status = follow(execution.pk, self.stdout, timeout)
-            if status != ExecutionStatus.COMPLETED:
-                error = Execution.objects.get(pk=execution.pk).error.splitlines()
-                raise CommandError(f"execution {execution.pk} ended {status}" + (f": {error[0]}" if error else ""))
+            wait_until_completed(execution.pk, self.stdout, timeout)
 
-
-def follow(execution_id, out, timeout=None):
-    """Print each change of status and operation counts until the execution is terminal."""
-    last = None
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        status = Execution.objects.filter(pk=execution_id).values_list("status", flat=True).get()
-        counts = {}
-        for state in Operation.objects.filter(execution_id=execution_id).values_list("state", flat=True):
-            counts[state] = counts.get(state, 0) + 1
-        line = f"{status}  " + " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-        if line != last:
-            out.write(line)
-            sys.stdout.flush()
-            last = line
-        if status in EXECUTION_TERMINAL:
-            return ExecutionStatus(status)
-        if deadline is not None and time.monotonic() > deadline:
-            raise CommandError(f"execution {execution_id} is still {status} after {timeout}s")
-        time.sleep(0.3)

@@ -1,0 +1,63 @@
+"""Reconciling ``started`` operations with the workers' answers (SPEC §9), on the database
+alone: which are awaited and which are lost. The processes' side is in
+tests/integration/test_restart.py."""
+
+from django.utils import timezone
+
+from agents.local import attempt_key
+from agents.models import Agent
+from workflows_app.engine import recovery
+from workflows_app.models import Event, Operation
+from workflows_app.states import ExecutionStatus, OperationState
+
+
+def started(make_execution, make_operation, **ops):
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    made = {name: make_operation(OperationState.STARTED, execution, name=name, attempt=1, max_retries=3, **fields)
+            for name, fields in ops.items()}
+    return execution, made
+
+
+def state(op):
+    op.refresh_from_db()
+    return op.state
+
+
+def test_an_attempt_its_worker_still_runs_is_awaited_and_one_it_does_not_is_lost(make_execution, make_operation):
+    _, ops = started(make_execution, make_operation,
+                     running={"agent": "a", "incarnation": "inc-a"}, gone={"agent": "a", "incarnation": "inc-a"})
+    answers = {"inc-a": {attempt_key(ops["running"].pk, 1)}}
+    assert recovery.reconcile_started(list(ops.values()), answers) == 1
+    assert state(ops["running"]) == "started"
+    assert state(ops["gone"]) == "rescheduled"
+    assert ops["gone"].error["message"].startswith("lost during restart")
+    assert ops["gone"].current_retries == 1, "a retryable failure"
+
+
+def test_a_worker_that_did_not_answer_is_trusted_while_its_agent_heart_beats(make_execution, make_operation):
+    Agent.objects.create(name="alive", incarnation="inc-now", last_heartbeat=timezone.now())
+    Agent.objects.create(name="restarted", incarnation="inc-new", last_heartbeat=timezone.now())
+    _, ops = started(make_execution, make_operation,
+                     quiet={"agent": "alive", "incarnation": "inc-now"},
+                     earlier_run={"agent": "restarted", "incarnation": "inc-old"},
+                     on_a_dead_manager={"agent": "management", "incarnation": "inc-manager"})
+    assert recovery.reconcile_started(list(ops.values()), answers={}) == 2
+    assert (state(ops["quiet"]), state(ops["earlier_run"]), state(ops["on_a_dead_manager"])) == (
+        "started", "rescheduled", "rescheduled")
+
+
+def test_an_operation_that_reported_meanwhile_is_left_as_it_reported(make_execution, make_operation):
+    execution, ops = started(make_execution, make_operation, done={"agent": "a", "incarnation": "inc-a"})
+    snapshot = list(ops.values())
+    Operation.objects.filter(pk=ops["done"].pk).update(state=OperationState.SUCCEEDED)  # test set-up: it reported
+    assert recovery.reconcile_started(snapshot, answers={"inc-a": set()}) == 0
+    assert state(ops["done"]) == "succeeded"
+    assert not Event.objects.filter(execution_id=execution.pk, type="stale_report").exists()
+
+
+def test_a_lost_operation_out_of_retries_fails(make_execution, make_operation):
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    op = make_operation(OperationState.STARTED, execution, name="last", attempt=4, max_retries=3, current_retries=3,
+                        agent="a", incarnation="inc-a")
+    assert recovery.reconcile_started([op], answers={}) == 1
+    assert state(op) == "failed"
