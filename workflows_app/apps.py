@@ -8,7 +8,7 @@ class WorkflowsConfig(AppConfig):
 
     def ready(self):
         from workflows_app import checks  # noqa: F401  (registers the system checks)
-        from workflows_app.engine import listeners  # noqa: F401  (connects the lifecycle listeners)
+        from workflows_app.engine import listeners, queueing  # noqa: F401  (connect their signal receivers)
         from workflows_app.registry import load_workflow_modules
 
         load_workflow_modules()

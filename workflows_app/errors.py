@@ -17,7 +17,8 @@
     ├── ConfigurationError            WORKFLOWS settings that cannot work
     ├── RegistrationError             a workflow or operation registered twice, or not registered
     ├── GraphError (also ValueError)  a graph or canvas that cannot run (engine.graph)
-    └── ParameterError                execution parameters that do not fit the workflow
+    ├── ParameterError                execution parameters that do not fit the workflow
+    └── ExistingRunningExecution      a start for a deployment that has an active execution
 
 Every error pickles with its attributes (it may cross a process boundary in a Celery result).
 """
@@ -143,3 +144,16 @@ class RegistrationError(SwitchyardError):
 
 class ParameterError(SwitchyardError):
     """Execution parameters that do not fit the workflow's signature (missing or unknown)."""
+
+
+class ExistingRunningExecution(SwitchyardError):
+    """A new execution of a ``deployment_id`` that has an active one, asked without ``queue``
+    or ``force`` (SPEC §4)."""
+
+    def __init__(self, deployment_id="", active_id=None):
+        super().__init__(deployment_id, active_id)
+        self.deployment_id, self.active_id = deployment_id, active_id
+
+    def __str__(self):
+        return (f"deployment {self.deployment_id!r} has an active execution ({self.active_id}): "
+                'ask with "queue": true to run after it, or "force": true to run beside it')

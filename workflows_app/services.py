@@ -8,8 +8,8 @@ from django.db import DatabaseError, transaction
 
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress, stopping
-from workflows_app.errors import ActionRefused, ParameterError
+from workflows_app.engine import progress, queueing, stopping
+from workflows_app.errors import ActionRefused, ExistingRunningExecution, ParameterError
 from workflows_app.models import Event, Execution
 from workflows_app.registry import get_workflow
 from workflows_app.states import (
@@ -26,9 +26,12 @@ from workflows_app.transitions import execution_transition
 
 
 def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None,
-          wait_after_fail=None, dry_run=False, created_by="") -> Execution:
+          wait_after_fail=None, dry_run=False, created_by="", queue=False, force=False) -> Execution:
     """Create an execution (``pending``) and, once committed, send it to a manager.
 
+    A ``deployment_id`` that has an active execution refuses a new one
+    (``ExistingRunningExecution``) unless ``queue`` (it waits ``queued`` and starts when the
+    deployment is free, in order) or ``force`` (it runs beside the other).
     Raises ``RegistrationError`` for an unknown workflow and ``ParameterError`` for
     parameters that do not fit it.
     """
@@ -51,6 +54,11 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
         )
         Event.objects.create(execution=execution, type=EventType.LOG, message=f"created: {definition.name}",
                              data={"parameters": parameters})
+        holder = queueing.active_of(deployment_id) if deployment_id and not force else None
+        if holder is not None and holder != execution.pk:
+            if not queue:
+                raise ExistingRunningExecution(deployment_id, holder)  # rolls the new row back
+            return execution_transition(execution, ExecutionStatus.QUEUED, message=f"queued behind {holder}")
         transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
     return execution
 

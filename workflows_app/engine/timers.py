@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents.models import Agent
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress, recovery, stopping
+from workflows_app.engine import progress, queueing, recovery, stopping
 from workflows_app.models import Execution, Operation
 from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, OperationState
 
@@ -95,6 +95,7 @@ def resend_stuck_messages(now):
     for execution in Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale):
         if not progress.can_progress(execution):
             dispatch.send_advance(execution.pk)
+    queueing.start_every_free_deployment()
     # A stopping execution that no running operation will ever wake (or whose stop was cut short).
     for pk in Execution.objects.filter(status__in=EXECUTION_CANCELLING).values_list("pk", flat=True):
         if not Operation.objects.filter(execution_id=pk, state=OperationState.STARTED).exists():
