@@ -1,8 +1,9 @@
-"""URLs: Django admin at /admin/; the REST API arrives under /api/v1/ (SPEC §8)."""
+"""URLs: Django admin at /admin/; the REST API under /api/v1/ (SPEC §8)."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", include("workflows_app.api.urls")),
 ]

@@ -1,0 +1,100 @@
+"""GET /api/v1/schema (OpenAPI 3, drf-spectacular) and GET /api/v1/docs (SPEC §8)."""
+
+import json
+import re
+
+import pytest
+import yaml
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from tests.api.conftest import API, assert_conforms, openapi
+
+SPEC_OPERATIONS = {
+    ("get", "/api/v1/workflows"), ("post", "/api/v1/executions"), ("get", "/api/v1/executions"),
+    ("get", "/api/v1/executions/{id}"), ("post", "/api/v1/executions/{id}"),
+    ("get", "/api/v1/executions/{id}/operations"), ("get", "/api/v1/executions/{id}/graph"),
+    ("post", "/api/v1/executions/{id}/events"), ("get", "/api/v1/events"), ("get", "/api/v1/agents"),
+}
+
+
+def test_the_schema_validates_without_a_warning(tmp_path):
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    assert yaml.safe_load((tmp_path / "schema.yaml").read_text())["openapi"].startswith("3.")
+
+
+def test_the_schema_is_served_as_yaml_and_as_json(api):
+    as_yaml = yaml.safe_load(api.get(f"{API}/schema").content)
+    as_json = json.loads(api.get(f"{API}/schema", {"format": "json"}).content)
+    assert as_yaml == as_json
+    documented = {(method, path) for path, item in as_json["paths"].items() for method in item}
+    assert documented == SPEC_OPERATIONS
+
+
+def test_every_operation_documents_its_errors_in_the_one_shape():
+    schema = openapi()
+    assert schema["components"]["schemas"]["Error"]["required"] == ["error_code", "message"]
+    expected = {"get": {"200", "401"}, "post": {"400", "401", "403", "415"}}
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            codes = set(operation["responses"])
+            assert expected[method] <= codes, (method, path, codes)
+            if "{id}" in path:
+                assert "404" in codes, (method, path)
+            for code in codes - {"200", "201", "202"}:
+                assert operation["responses"][code]["content"]["application/json"]["schema"] == {
+                    "$ref": "#/components/schemas/Error"}, (method, path, code)
+    assert "409" in schema["paths"]["/api/v1/executions/{id}"]["post"]["responses"]
+    assert "409" in schema["paths"]["/api/v1/executions/{id}/events"]["post"]["responses"]
+    assert "201" in schema["paths"]["/api/v1/executions"]["post"]["responses"]
+    assert "202" in schema["paths"]["/api/v1/executions/{id}/events"]["post"]["responses"]
+
+
+def test_the_query_parameters_of_the_lists_are_documented():
+    def names(path):
+        return {p["name"] for p in openapi()["paths"][path]["get"].get("parameters", []) if p["in"] == "query"}
+
+    assert names("/api/v1/executions") == {"status", "workflow_id", "deployment_id", "created_after", "created_before",
+                                           "ordering", "limit", "offset"}
+    assert names("/api/v1/events") == {"execution_id", "after", "type", "limit", "offset"}
+    for path in ["/api/v1/workflows", "/api/v1/agents", "/api/v1/executions/{id}/operations"]:
+        assert names(path) == {"limit", "offset"}
+
+
+def test_no_token_is_ever_a_field_of_a_documented_response():
+    fields = {name for component in openapi()["components"]["schemas"].values()
+              for name in component.get("properties", {})}
+    assert "operations_summary" in fields and not {f for f in fields if "token" in f}
+
+
+def test_the_conformance_check_of_this_suite_catches_a_wrong_response(user):
+    client = APIClient()
+    client.force_authenticate(user)
+    response = client.get(f"{API}/executions")
+    assert_conforms(response)
+    response._json = {"count": "many", "results": [{"id": "x"}]}
+    with pytest.raises(AssertionError, match="count"):
+        assert_conforms(response)
+    response.status_code = 418
+    with pytest.raises(AssertionError, match="418"):
+        assert_conforms(response)
+
+
+def test_the_docs_page_lists_every_operation_and_loads_nothing_from_elsewhere(api):
+    response = api.get(f"{API}/docs")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/html")
+    page = response.content.decode()
+    for method, path in SPEC_OPERATIONS:
+        assert f"<code>{path}</code>" in page, path
+    assert "ExecutionDetail" in page and "operations_summary" in page and "error_code" in page
+    assert not re.search(r"<script|<link|<img|<iframe|@import|url\(", page, re.I), "no asset, no script"
+    assert not re.search(r"(src|href)=\"(https?:)?//", page), "no link to another host"
+
+
+def test_the_schema_names_the_registered_workflows_as_the_values_of_workflow_id(api, monkeypatch):
+    from workflows_app import registry
+
+    monkeypatch.setitem(registry._workflows, "zz_extra", registry.WorkflowDef(name="zz_extra", func=lambda ctx: None))
+    schema = json.loads(api.get(f"{API}/schema", {"format": "json"}).content)
+    assert schema["components"]["schemas"]["WorkflowIdEnum"]["enum"] == sorted(registry.workflows())
+    assert "zz_extra" in schema["components"]["schemas"]["WorkflowIdEnum"]["enum"]

@@ -1,0 +1,138 @@
+"""``GET /api/v1/docs``: the API's documentation as one HTML page, built from the OpenAPI schema
+(``GET /api/v1/schema``) that drf-spectacular generates.
+
+Why not Swagger UI or Redoc: drf-spectacular serves them from a CDN unless the
+``drf-spectacular-sidecar`` package provides their files, and Switchyard must work on a
+machine with no Internet access and without another dependency. So this page loads no asset
+at all — no script, its little CSS inline — and lists every path, with its operations, their
+parameters, request body, responses, and the schemas they refer to. It needs a logged-in user
+like every endpoint (a browser logs in at the admin; the page links there when it answers 401).
+"""
+
+import re
+from pathlib import Path
+from urllib.parse import urlencode
+
+from django.template import Context, Engine
+from django.urls import reverse
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.utils import extend_schema
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+_ENGINE = Engine(dirs=[str(Path(__file__).resolve().parent / "templates")], autoescape=True)
+_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+class DocsHTMLRenderer(BaseRenderer):
+    """Renders an OpenAPI schema (or an error of the docs view) as the documentation page."""
+
+    media_type = "text/html"
+    format = "html"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        context = renderer_context or {}
+        response = context.get("response")
+        if response is not None and response.status_code >= 400:
+            login = None
+            if response.status_code == 401:
+                login = f"{reverse('admin:login')}?{urlencode({'next': reverse('api:docs')})}"
+            return _ENGINE.get_template("docs_error.html").render(Context({
+                "status": response.status_code, "error": data, "login": login}))
+        return _ENGINE.get_template("docs.html").render(Context({**page(data), "schema_url": reverse("api:schema")}))
+
+
+class SchemaView(SpectacularAPIView):
+    """``GET /api/v1/schema``: the OpenAPI 3 schema, YAML by default (``?format=json`` or
+    ``Accept: application/vnd.oai.openapi+json`` for JSON). Its errors are JSON like every
+    other error of the API, not a YAML document."""
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
+        return response
+
+
+class DocsView(APIView):
+    """``GET /api/v1/docs``: the documentation page (see the module's docstring)."""
+
+    renderer_classes = [DocsHTMLRenderer]
+
+    @extend_schema(exclude=True)
+    def get(self, request, *args, **kwargs):
+        return Response(SchemaGenerator().get_schema(request=request, public=True))
+
+
+def page(schema):
+    """The template's context: the schema's operations and components in display form."""
+    operations = []
+    for path, item in schema.get("paths", {}).items():
+        for method in _METHODS:
+            if method in item:
+                operations.append(_operation(path, method, item[method]))
+    components = [
+        {"name": name, "description": _text(s.get("description")), "enum": s.get("enum"),
+         "properties": [_property(prop, sub, prop in s.get("required", ()))
+                        for prop, sub in s.get("properties", {}).items()]}
+        for name, s in sorted(schema.get("components", {}).get("schemas", {}).items())
+    ]
+    return {"info": schema.get("info", {}), "operations": operations, "components": components,
+            "security": sorted(schema.get("components", {}).get("securitySchemes", {}))}
+
+
+def _text(markdown):
+    """A description: escaped, its ``code`` spans shown as code (the only markdown used here)."""
+    return mark_safe(re.sub(r"``?([^`]+)``?", r"<code>\1</code>", escape(markdown or "")))
+
+
+def _operation(path, method, op):
+    body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+    return {
+        "anchor": op.get("operationId", f"{method}-{path}"),
+        "method": method.upper(), "path": path, "summary": op.get("summary", ""),
+        "description": _text(op.get("description")),
+        "parameters": [{"name": p["name"], "in": p["in"], "required": p.get("required", False),
+                        "type": describe(p.get("schema", {})), "description": _text(p.get("description"))}
+                       for p in op.get("parameters", [])],
+        "body": describe(body) if body else None,
+        "responses": [{"status": code, "description": _text(r.get("description")),
+                       "type": describe(r.get("content", {}).get("application/json", {}).get("schema", {}))
+                       if r.get("content") else None}
+                      for code, r in op.get("responses", {}).items()],
+    }
+
+
+def _property(name, schema, required):
+    return {"name": name, "required": required, "type": describe(schema),
+            "read_only": schema.get("readOnly", False), "description": _text(schema.get("description"))}
+
+
+def describe(schema):
+    """A schema as ``{"text", "ref"}``: a short type description, and the component it refers
+    to (a link), if any."""
+    suffix = " or null" if schema.get("nullable") else ""
+    if "$ref" in schema:
+        return {"text": "", "ref": schema["$ref"].rsplit("/", 1)[-1], "suffix": suffix}
+    for combinator in ("allOf", "oneOf", "anyOf"):
+        if schema.get(combinator):
+            inner = describe(schema[combinator][0])
+            return {**inner, "suffix": inner.get("suffix", "") + suffix}
+    kind = schema.get("type")
+    if kind == "array":
+        inner = describe(schema.get("items", {}))
+        return {**inner, "text": "array of " + inner["text"], "suffix": inner.get("suffix", "") + suffix}
+    text = kind or "any JSON"
+    if schema.get("format"):
+        text += f" ({schema['format']})"
+    if schema.get("enum"):
+        text += ": one of " + ", ".join(str(v) for v in schema["enum"] if v is not None)
+    bounds = [f"{word} {schema[key]}" for key, word in (("minimum", "≥"), ("maximum", "≤"),
+                                                         ("maxLength", "max length")) if key in schema]
+    if bounds:
+        text += " (" + ", ".join(bounds) + ")"
+    return {"text": text, "ref": None, "suffix": suffix}

@@ -1,0 +1,14 @@
+"""Content negotiation: DRF's, except that a ``?format=`` no renderer of the endpoint gives is a
+406 ``not_acceptable`` (DRF answers 404, which says the path does not exist when it does)."""
+
+from rest_framework.exceptions import NotAcceptable
+from rest_framework.negotiation import DefaultContentNegotiation
+
+
+class ContentNegotiation(DefaultContentNegotiation):
+    def filter_renderers(self, renderers, format):
+        matching = [renderer for renderer in renderers if renderer.format == format]
+        if not matching:
+            offered = ", ".join(sorted({renderer.format for renderer in renderers}))
+            raise NotAcceptable(f"no format {format[:50]!r} here; this endpoint gives: {offered}")
+        return matching

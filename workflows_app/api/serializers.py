@@ -1,0 +1,214 @@
+"""What the API takes and answers (SPEC §4, §5, §8, §10).
+
+Output serializers are read-only views of the models; the execution's token (``token_hash``)
+is never one of their fields. Input serializers are strict: each field takes its JSON type
+only, and a key that is not a field is refused (a misspelt ``"dry-run": true`` must not start
+a real run).
+"""
+
+from collections.abc import Mapping
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from agents.models import Agent, AgentStatus
+from workflows_app.api.fields import (
+    JSONObjectField,
+    JSONValueField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictChoiceField,
+    StrictFloatField,
+)
+from workflows_app.models import Event, Execution, Operation
+from workflows_app.states import FailureMode, OperationState
+
+#: The actions of ``POST /executions/{id}`` (SPEC §4).
+ACTIONS = ("cancel", "force-cancel", "kill", "resume", "force-resume")
+#: Longest timeout or wait_after_fail accepted, in seconds (about 31 years): the engine adds
+#: them to dates, which end in the year 9999.
+MAX_SECONDS = 10**9
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error response (SPEC §8)."""
+
+    error_code = serializers.CharField(help_text="what went wrong, e.g. invalid_parameters, not_found")
+    message = serializers.CharField(help_text="a readable one-line explanation")
+
+
+# --- output ----------------------------------------------------------------------------------
+
+class ExecutionSerializer(serializers.ModelSerializer):
+    """An execution (SPEC §4); never its token."""
+
+    parameters = serializers.DictField(read_only=True, help_text="the workflow's parameters")
+    payload = serializers.DictField(read_only=True, help_text="the durable workflow data, {} at start")
+
+    class Meta:
+        model = Execution
+        fields = ("id", "workflow_id", "deployment_id", "parameters", "status", "failure_mode", "timeout",
+                  "wait_after_fail", "payload", "error", "is_dry_run", "created_by", "created_at", "started_at",
+                  "ended_at")
+        read_only_fields = fields
+
+
+OperationsSummarySerializer = type("OperationsSummarySerializer", (serializers.Serializer,), {
+    "__doc__": "How many operations of the execution are in each state; every state, zeros included.",
+    **{state.value: serializers.IntegerField(read_only=True, min_value=0) for state in OperationState},
+})
+
+
+class ExecutionDetailSerializer(ExecutionSerializer):
+    """An execution with the count of its operations per state (``operations_summary``)."""
+
+    operations_summary = OperationsSummarySerializer(read_only=True)
+
+    class Meta(ExecutionSerializer.Meta):
+        fields = (*ExecutionSerializer.Meta.fields, "operations_summary")
+        read_only_fields = fields
+
+
+class OperationSerializer(serializers.ModelSerializer):
+    """An operation (SPEC §5): one step of an execution."""
+
+    depends_on = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name",
+                                              help_text="the names of the steps it waits for")
+
+    class Meta:
+        model = Operation
+        fields = ("id", "execution", "name", "operation", "args", "kwargs", "agent", "state", "result", "error",
+                  "attempt", "current_retries", "max_retries", "retry_interval", "next_attempt_at", "timeout",
+                  "depends_on", "pending_at", "sending_at", "sent_at", "started_at", "rescheduled_at",
+                  "succeeded_at", "failed_at", "cancelled_at")
+        read_only_fields = fields
+
+
+class GraphNodeSerializer(serializers.Serializer):
+    """An operation, as a node of the graph."""
+
+    name = serializers.CharField()
+    operation = serializers.CharField()
+    agent = serializers.CharField()
+    state = serializers.ChoiceField(choices=OperationState.choices)
+
+
+class GraphSerializer(serializers.Serializer):
+    """The execution's operations and their dependencies: ``[from, to]`` means ``to`` waits for
+    ``from``."""
+
+    nodes = GraphNodeSerializer(many=True)
+    edges = serializers.ListField(child=serializers.ListField(child=serializers.CharField(), min_length=2,
+                                                              max_length=2),
+                                  help_text="[from, to]: the step `to` depends on the step `from`")
+
+
+class EventSerializer(serializers.ModelSerializer):
+    """One entry of an execution's log (SPEC §10)."""
+
+    execution_id = serializers.UUIDField(read_only=True)
+    data = serializers.JSONField(read_only=True)
+
+    class Meta:
+        model = Event
+        fields = ("id", "execution_id", "operation", "type", "message", "data", "timestamp")
+        read_only_fields = fields
+
+
+class AgentSerializer(serializers.ModelSerializer):
+    """A named agent (a queue) and its liveness."""
+
+    status = serializers.ChoiceField(choices=AgentStatus.choices, source="live_status", read_only=True,
+                                     help_text="online: a heartbeat within AGENT_OFFLINE_AFTER_SECONDS")
+    running = serializers.IntegerField(read_only=True, min_value=0, help_text="its operations now started")
+
+    class Meta:
+        model = Agent
+        fields = ("name", "status", "last_heartbeat", "hostname", "running")
+        read_only_fields = fields
+
+
+class WorkflowParameterSerializer(serializers.Serializer):
+    """A parameter of a workflow (its function's signature)."""
+
+    name = serializers.CharField()
+    required = serializers.BooleanField()
+    default = serializers.JSONField(allow_null=True, help_text="null when required")
+
+
+class WorkflowSerializer(serializers.Serializer):
+    """A registered workflow."""
+
+    name = serializers.CharField()
+    parameters = WorkflowParameterSerializer(many=True)
+    failure_mode = serializers.ChoiceField(choices=FailureMode.choices,
+                                           help_text="what an execution gets when it asks for none")
+    timeout = serializers.FloatField(allow_null=True, help_text="seconds; null: no limit")
+
+
+# --- input -----------------------------------------------------------------------------------
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses a key that is none of its fields, with the errors of the fields it has."""
+
+    def to_internal_value(self, data):
+        errors = {}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if not isinstance(data, Mapping):
+                raise
+            errors = dict(exc.detail)
+        errors.update({key: ["This field is not accepted."] for key in data if key not in self.fields})
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+class WorkflowIdField(StrictCharField):
+    """A workflow's name: any string (one naming no workflow is answered ``unknown_workflow`` by the
+    view); the schema lists the names registered (``workflows_app.api.schema``)."""
+
+    document_no_nul = False
+
+
+class StartExecutionSerializer(StrictSerializer):
+    """What starts an execution: the workflow and its parameters, and optionally the rest."""
+
+    workflow_id = WorkflowIdField(allow_blank=True, trim_whitespace=False, help_text="a registered workflow")
+    parameters = JSONObjectField(required=False, allow_null=True,
+                                 help_text="the workflow's parameters; each required one must be given")
+    deployment_id = StrictCharField(required=False, allow_null=True, max_length=200, trim_whitespace=False,
+                                    help_text="one active execution per deployment, unless queue or force")
+    failure_mode = StrictChoiceField(choices=FailureMode.choices, required=False, allow_null=True,
+                                     help_text="default: the workflow's, else WORKFLOWS['FAILURE_MODE']")
+    timeout = StrictFloatField(required=False, allow_null=True, min_value=0, max_value=MAX_SECONDS,
+                               help_text="seconds; default: the workflow's")
+    wait_after_fail = StrictFloatField(required=False, allow_null=True, min_value=0, max_value=MAX_SECONDS,
+                                       help_text="seconds; default: WORKFLOWS['WAIT_AFTER_FAIL']")
+    dry_run = StrictBooleanField(required=False, default=False,
+                                 help_text="record every operation and event, call no operation function")
+    queue = StrictBooleanField(required=False, default=False,
+                               help_text="if the deployment has an active execution, wait for it (queued)")
+    force = StrictBooleanField(required=False, default=False,
+                               help_text="if the deployment has an active execution, run beside it")
+
+
+@extend_schema_field({"type": "string", "enum": list(ACTIONS)})
+class ActionField(StrictCharField):
+    """A string; one that is none of ACTIONS is answered ``unknown_action`` by the view."""
+
+    document_no_nul = False
+
+
+class ActionSerializer(StrictSerializer):
+    """An action on an execution (SPEC §4)."""
+
+    action = ActionField(allow_blank=True, trim_whitespace=False)
+
+
+class ExternalEventSerializer(StrictSerializer):
+    """An external event for an execution's workflow."""
+
+    name = StrictCharField(max_length=255, trim_whitespace=False, help_text="what the workflow waits for")
+    payload = JSONValueField(required=False, allow_null=True, help_text="any JSON value; default null")

@@ -1,0 +1,24 @@
+"""Routes of ``/api/v1/`` (SPEC §8). Every path answers with and without a trailing slash, the
+same way and without a redirect (``/?$``); any other path is a JSON 404."""
+
+from django.urls import re_path
+from workflows_app.api import views
+from workflows_app.api.docs import DocsView, SchemaView
+
+app_name = "api"
+
+_ID = r"(?P<id>[^/]+)"
+
+urlpatterns = [
+    re_path(r"^workflows/?$", views.WorkflowList.as_view(), name="workflows"),
+    re_path(r"^executions/?$", views.ExecutionListCreate.as_view(), name="executions"),
+    re_path(rf"^executions/{_ID}/?$", views.ExecutionDetail.as_view(), name="execution"),
+    re_path(rf"^executions/{_ID}/operations/?$", views.ExecutionOperations.as_view(), name="execution-operations"),
+    re_path(rf"^executions/{_ID}/graph/?$", views.ExecutionGraph.as_view(), name="execution-graph"),
+    re_path(rf"^executions/{_ID}/events/?$", views.ExecutionEvents.as_view(), name="execution-events"),
+    re_path(r"^events/?$", views.EventList.as_view(), name="events"),
+    re_path(r"^agents/?$", views.AgentList.as_view(), name="agents"),
+    re_path(r"^schema/?$", SchemaView.as_view(), name="schema"),
+    re_path(r"^docs/?$", DocsView.as_view(), name="docs"),
+    re_path(r"", views.NotFoundView.as_view(), name="not-found"),
+]

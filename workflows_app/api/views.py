@@ -1,0 +1,306 @@
+"""The endpoints of ``/api/v1/`` (SPEC §8). Each parses its input, calls one service and
+translates the service's errors into API errors (``workflows_app.api.errors``).
+
+Lists run a constant number of queries however many rows they show: a count and a page, plus
+one for the operations' dependencies (prefetched) and one to check the execution exists.
+"""
+
+import json
+import uuid
+
+from django.db import transaction
+from django.db.models import Count, Prefetch
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, status
+from rest_framework.exceptions import NotFound
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents.models import Agent
+from workflows_app import dispatch, services
+from workflows_app import errors as domain
+from workflows_app.api import errors
+from workflows_app.api.filters import EventFilter, ExecutionFilter
+from workflows_app.api.permissions import FORCE_ACTIONS, CanForceExecution
+from workflows_app.api.schema import EXECUTION_ID, EXECUTION_ORDERING_PARAMETER, READ_ERRORS
+from workflows_app.api.schema import errors as error_responses
+from workflows_app.api.serializers import (
+    ACTIONS,
+    ActionSerializer,
+    AgentSerializer,
+    EventSerializer,
+    ExternalEventSerializer,
+    ExecutionDetailSerializer,
+    ExecutionSerializer,
+    GraphSerializer,
+    OperationSerializer,
+    StartExecutionSerializer,
+    WorkflowSerializer,
+)
+from workflows_app.conf import workflows_settings
+from workflows_app.models import Event, Execution, Operation, OperationDependency
+from workflows_app.registry import workflows
+from workflows_app.states import EventType, OperationState
+from workflows_app.transitions import record_event
+
+ACTION_SERVICES = {
+    "cancel": services.cancel,
+    "force-cancel": services.force_cancel,
+    "kill": services.kill,
+    "resume": services.resume,
+    "force-resume": services.force_resume,
+}
+assert set(ACTION_SERVICES) == set(ACTIONS)
+
+
+class WorkflowList(generics.ListAPIView):
+    """The registered workflows, by name."""
+
+    serializer_class = WorkflowSerializer
+    filter_backends = ()
+
+    def get_queryset(self):
+        return [
+            {"name": name, "parameters": [{**p, "default": _json_safe(p["default"])} for p in definition.parameters()],
+             "failure_mode": definition.failure_mode or workflows_settings.FAILURE_MODE, "timeout": definition.timeout}
+            for name, definition in sorted(workflows().items())
+        ]
+
+    @extend_schema(operation_id="workflows_list", summary="List the registered workflows",
+                   responses={200: WorkflowSerializer(many=True), **error_responses(*READ_ERRORS)})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class ExecutionLookupMixin:
+    """The execution named by the URL's ``id``; 404 for an id that is not a UUID or no execution."""
+
+    def get_execution(self, queryset=Execution.objects) -> Execution:
+        raw = self.kwargs["id"]
+        try:
+            pk = uuid.UUID(raw)
+        except ValueError:
+            raise NotFound(f"no execution {raw[:100]!r}: not a UUID") from None
+        try:
+            return queryset.get(pk=pk)
+        except Execution.DoesNotExist:
+            raise NotFound(f"no execution {pk}") from None
+
+
+class ExecutionListCreate(generics.ListAPIView):
+    """Executions, newest first; start one."""
+
+    queryset = Execution.objects.all()
+    serializer_class = ExecutionSerializer
+    filterset_class = ExecutionFilter
+
+    def get_serializer_class(self):
+        return StartExecutionSerializer if self.request.method == "POST" else ExecutionSerializer
+
+    @extend_schema(operation_id="executions_list", summary="List executions", parameters=[EXECUTION_ORDERING_PARAMETER],
+                   responses={200: ExecutionSerializer(many=True), **error_responses(*READ_ERRORS)})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="executions_create", summary="Start an execution",
+        description="Creates the execution (`pending`, or `queued` behind the deployment's active execution "
+                    "with `queue`) and sends it to a manager once committed.",
+        request=StartExecutionSerializer,
+        responses={201: ExecutionDetailSerializer, **error_responses(
+            400, 401, 403, 415,
+            e400="`parse_error`; `invalid_parameters` (wrong types, a missing workflow_id, missing or unknown "
+                 "workflow parameters); `unknown_workflow`; `existing_running_execution` (the deployment has "
+                 "an active execution: ask with queue or force)")},
+    )
+    def post(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            execution = services.start(
+                data["workflow_id"], data.get("parameters"), deployment_id=data.get("deployment_id"),
+                failure_mode=data.get("failure_mode"), timeout=data.get("timeout"),
+                wait_after_fail=data.get("wait_after_fail"), dry_run=data["dry_run"],
+                created_by=request.user.get_username(), queue=data["queue"], force=data["force"])
+        except domain.RegistrationError as exc:
+            raise errors.UnknownWorkflow(str(exc)) from None
+        except domain.ParameterError as exc:
+            raise errors.InvalidParameters(str(exc)) from None
+        except domain.ExistingRunningExecution as exc:
+            raise errors.ExistingRunningExecution(str(exc)) from None
+        return Response(_detail(execution), status=status.HTTP_201_CREATED,
+                        headers={"Location": request.build_absolute_uri(
+                            reverse("api:execution", kwargs={"id": execution.pk}))})
+
+
+class ExecutionDetail(ExecutionLookupMixin, generics.GenericAPIView):
+    """One execution; act on it."""
+
+    queryset = Execution.objects.all()
+    serializer_class = ExecutionDetailSerializer
+    filter_backends = ()
+
+    def get_serializer_class(self):
+        return ActionSerializer if self.request.method == "POST" else ExecutionDetailSerializer
+
+    @extend_schema(operation_id="executions_retrieve", summary="Get an execution", parameters=[EXECUTION_ID],
+                   responses={200: ExecutionDetailSerializer, **error_responses(401, 404)})
+    def get(self, request, *args, **kwargs):
+        return Response(_detail(self.get_execution()))
+
+    @extend_schema(
+        operation_id="executions_act",
+        summary="Act on an execution: cancel, force-cancel, kill, resume, force-resume",
+        description="kill, force-cancel and force-resume need the permission `workflows_app.force_execution`.",
+        parameters=[EXECUTION_ID],
+        request=ActionSerializer,
+        responses={200: ExecutionDetailSerializer, **error_responses(
+            400, 401, 403, 404, 409, 415,
+            e400="`parse_error`; `invalid_parameters` (a missing or non-string action); `unknown_action`",
+            e409="`invalid_transition`: the execution's status does not allow the action; nothing changed")},
+    )
+    def post(self, request, *args, **kwargs):
+        execution = self.get_execution()
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        action = serializer.validated_data["action"]
+        if action not in ACTION_SERVICES:
+            raise errors.UnknownAction(f"unknown action {action[:100]!r}: one of {', '.join(ACTIONS)}")
+        if action in FORCE_ACTIONS and not CanForceExecution().has_permission(request, self):
+            self.permission_denied(request, message=CanForceExecution.message)
+        try:
+            ACTION_SERVICES[action](execution.pk)
+        except Execution.DoesNotExist:
+            raise NotFound(f"no execution {execution.pk}") from None
+        except domain.TransitionRefused as exc:
+            raise errors.InvalidTransition(str(exc)) from None
+        return Response(_detail(self.get_execution()))
+
+
+class ExecutionOperations(ExecutionLookupMixin, generics.ListAPIView):
+    """The operations of an execution, in the order they were created."""
+
+    serializer_class = OperationSerializer
+    filter_backends = ()
+    queryset = Operation.objects.none()  # for the schema; get_queryset is the execution's
+
+    def get_queryset(self):
+        return (Operation.objects.filter(execution_id=self.execution.pk)
+                .prefetch_related(Prefetch("depends_on", queryset=Operation.objects.only("id", "name"))))
+
+    @extend_schema(operation_id="executions_operations_list", summary="List the operations of an execution",
+                   parameters=[EXECUTION_ID],
+                   responses={200: OperationSerializer(many=True), **error_responses(400, 401, 404)})
+    def get(self, request, *args, **kwargs):
+        self.execution = self.get_execution(Execution.objects.only("id"))
+        return super().get(request, *args, **kwargs)
+
+
+class ExecutionGraph(ExecutionLookupMixin, generics.GenericAPIView):
+    """The execution's operations as a graph."""
+
+    serializer_class = GraphSerializer
+    filter_backends = ()
+    queryset = Execution.objects.all()
+
+    @extend_schema(operation_id="executions_graph_retrieve", summary="Get the graph of an execution's operations",
+                   parameters=[EXECUTION_ID], responses={200: GraphSerializer, **error_responses(401, 404)})
+    def get(self, request, *args, **kwargs):
+        execution = self.get_execution(Execution.objects.only("id"))
+        nodes = Operation.objects.filter(execution_id=execution.pk).values("name", "operation", "agent", "state")
+        edges = (OperationDependency.objects.filter(operation__execution_id=execution.pk).order_by("id")
+                 .values_list("depends_on__name", "operation__name"))
+        return Response(GraphSerializer({"nodes": list(nodes), "edges": [list(edge) for edge in edges]}).data)
+
+
+class ExecutionEvents(ExecutionLookupMixin, generics.GenericAPIView):
+    """Deliver an external event to an execution."""
+
+    serializer_class = ExternalEventSerializer
+    filter_backends = ()
+    queryset = Execution.objects.all()
+
+    @extend_schema(
+        operation_id="executions_events_create", summary="Deliver an external event to an execution",
+        description="Stores an `event_received` event with data `{\"name\", \"payload\"}` and wakes the execution.",
+        parameters=[EXECUTION_ID],
+        request=ExternalEventSerializer,
+        responses={202: EventSerializer, **error_responses(
+            400, 401, 403, 404, 409, 415,
+            e400="`parse_error`; `invalid_parameters` (no string `name`, a payload that cannot be stored)",
+            e409="`execution_not_active`: the execution has ended")},
+    )
+    def post(self, request, *args, **kwargs):
+        execution = self.get_execution(Execution.objects.only("id", "status"))
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        name, payload = serializer.validated_data["name"], serializer.validated_data.get("payload")
+        if execution.is_terminal:
+            raise errors.ExecutionNotActive(
+                f"execution {execution.pk} is {execution.status}: it takes no more events")
+        with transaction.atomic():
+            event = record_event(execution.pk, EventType.EVENT_RECEIVED, f"event {name[:100]!r} received",
+                                 {"name": name, "payload": payload})
+            transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        return Response(EventSerializer(event).data, status=status.HTTP_202_ACCEPTED)
+
+
+class EventList(generics.ListAPIView):
+    """Events in id order (ascending): tail with ``after`` = the last id seen."""
+
+    queryset = Event.objects.order_by("id")
+    serializer_class = EventSerializer
+    filterset_class = EventFilter
+
+    @extend_schema(operation_id="events_list", summary="List events, oldest first",
+                   responses={200: EventSerializer(many=True), **error_responses(*READ_ERRORS)})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class AgentList(generics.ListAPIView):
+    """The agents and whether they are online."""
+
+    queryset = Agent.objects.none()  # for the schema; get_queryset computes online against now
+    serializer_class = AgentSerializer
+    filter_backends = ()
+
+    def get_queryset(self):
+        return Agent.objects.with_status()
+
+    @extend_schema(operation_id="agents_list", summary="List the agents",
+                   responses={200: AgentSerializer(many=True), **error_responses(*READ_ERRORS)})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+@extend_schema(exclude=True)
+class NotFoundView(APIView):
+    """Any other path under /api/v1/: a JSON 404 (after authentication, like every endpoint)."""
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        raise NotFound(f"no endpoint {request.path[:200]}")
+
+
+def operations_summary(execution_id) -> dict:
+    """How many operations of the execution are in each state: every state, zeros included (one query)."""
+    counts = dict(Operation.objects.filter(execution_id=execution_id).order_by().values_list("state")
+                  .annotate(count=Count("id")))
+    return {state.value: counts.get(state.value, 0) for state in OperationState}
+
+
+def _detail(execution):
+    execution.operations_summary = operations_summary(execution.pk)
+    return ExecutionDetailSerializer(execution).data
+
+
+def _json_safe(value):
+    """A parameter's default as JSON: itself when it is JSON, else its repr."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
