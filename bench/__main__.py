@@ -1,8 +1,10 @@
-"""``python -m bench [--rounds N] [--output FILE]``: Switchyard's benchmarks, each side by side
-with plain Celery on the same broker, database and worker processes, in one run.
+"""``python -m bench``: Switchyard's benchmarks, each side by side with plain Celery on the same broker, database and worker processes, in one run.
+
+``python -m bench [--rounds N] [--output FILE] [--fanout N] [--chain M] [--starts K] [--skip-stop]``
 
 Runs against whatever ``DATABASE_URL`` and ``CELERY_BROKER_URL`` say (default: the embedded
-SQLite and Redis), migrating the database first. Today: stop latency (``bench/stop.py``).
+SQLite and Redis), migrating the database first. Cases: stop latency (``bench/stop.py``), and
+fan-out, fan-in, chain and start throughput (``bench/throughput.py``).
 """
 
 import argparse
@@ -22,7 +24,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--output", type=Path, default=None, help="also write the table to this file")
+    parser.add_argument("--fanout", type=int, default=1000, help="N: no-ops of the fan-out and fan-in cases")
+    parser.add_argument("--chain", type=int, default=100, help="M: sequential no-ops of the chain case")
+    parser.add_argument("--starts", type=int, default=200, help="K: starts of the start-throughput case")
+    parser.add_argument("--skip-stop", action="store_true", help="leave out the stop-latency cases")
     args = parser.parse_args(argv)
+    if min(args.rounds, args.fanout, args.chain, args.starts) < 1:
+        parser.error("--rounds, --fanout, --chain and --starts must be at least 1")
+    sizes = {"fanout": args.fanout, "chain": args.chain, "starts": args.starts}
 
     suffix = uuid.uuid4().hex[:8]
     workflows = {"MANAGEMENT_QUEUE": f"bench-mgmt-{suffix}", "KILL_GRACE_SECONDS": GRACE,
@@ -35,7 +44,7 @@ def main(argv=None):
     django.setup()
     from django.core.management import call_command
 
-    from bench import stop
+    from bench import stop, throughput
     from tests.integration.harness import Stack, ensure_broker
 
     call_command("migrate", verbosity=0)
@@ -52,7 +61,8 @@ def main(argv=None):
             stack.start_manager(concurrency=2)
             stack.start_agent(agent, concurrency=2)
             stack.wait_for_agent(agent)
-            samples, notes = stop.run(stack, agent, bench_dir, args.rounds)
+            samples, notes = ({}, {}) if args.skip_stop else stop.run(stack, agent, bench_dir, args.rounds)
+            rows = throughput.run(stack, agent, args.rounds, sizes)
             failed = False
         finally:
             stack.close(failed=failed, out=sys.stderr)
@@ -61,8 +71,13 @@ def main(argv=None):
 
     header = (f"{datetime.now(timezone.utc):%Y-%m-%d}, {platform.machine()} {os.cpu_count()} cores, "
               f"{connection.vendor}, broker {django.conf.settings.CELERY_BROKER_URL.split(':')[0]}, "
-              f"`python -m bench --rounds {args.rounds}`")
-    table = header + "\n\n" + stop.report(samples, notes, GRACE)
+              f"`python -m bench --rounds {args.rounds} --fanout {args.fanout} --chain {args.chain} --starts {args.starts}`, "
+              f"one agent of concurrency 2, manager concurrency 2")
+    sections = [header]
+    if samples:
+        sections.append(stop.report(samples, notes, GRACE))
+    sections.append(throughput.report(rows))
+    table = "\n\n".join(sections)
     print(table)
     if args.output:
         args.output.write_text(table + "\n")

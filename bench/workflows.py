@@ -54,3 +54,55 @@ def one(ctx, op, tag, agent, ignore_sigterm=False):
 def celery_tree(tag, ignore_sigterm=False):
     """The same process tree as a plain Celery task."""
     _tree(tag, ignore_sigterm)
+
+
+# --- throughput cases (bench/throughput.py) ----------------------------------------------
+
+CELERY_NOOP = "bench.celery_noop"
+
+
+@operation(name="bench_noop", max_retries=0)
+def noop(ctx, i=0):
+    """Does nothing: what is measured is the engine around it."""
+    return None
+
+
+@workflow(name="bench_fan_out")
+def fan_out(ctx, n, agent):
+    """``n`` independent no-op steps on ``agent``."""
+    g = ctx.graph()
+    for i in range(n):
+        g.add(f"n{i:05d}", noop, i, agent=agent)
+    g.run()
+
+
+@workflow(name="bench_fan_in")
+def fan_in(ctx, n, agent):
+    """``n`` independent no-op steps on ``agent``, then one no-op after all of them."""
+    g = ctx.graph()
+    members = [g.add(f"n{i:05d}", noop, i, agent=agent) for i in range(n)]
+    g.add("join", noop, n, agent=agent, depends_on=members)
+    g.run()
+
+
+@workflow(name="bench_chain")
+def chain_of(ctx, m, agent):
+    """``m`` no-op steps on ``agent``, each after the one before."""
+    g = ctx.graph()
+    previous = None
+    for i in range(m):
+        previous = g.add(f"c{i:05d}", noop, i, agent=agent, depends_on=[previous] if previous else [])
+    g.run()
+
+
+@workflow(name="bench_single")
+def single(ctx, agent):
+    """One no-op step on ``agent`` (what the start-throughput case starts)."""
+    ctx.await_execute("noop", noop, 0, agent=agent)
+
+
+@shared_task(name=CELERY_NOOP, ignore_result=False)
+def celery_noop(*args):
+    """The plain Celery no-op; it keeps its result (the project ignores results by default): a
+    group, chord or chain is waited on through the result backend."""
+    return None

@@ -1,0 +1,181 @@
+"""Throughput (issue 7, cases 1–4): Switchyard against plain Celery on the same broker, database
+and agent worker processes (the plain Celery tasks go to the agent's queue).
+
+1. fan-out: a workflow whose graph is N independent no-op steps, from ``services.start`` until
+   the execution is ``completed`` / a ``group`` of N no-op tasks, from ``apply_async`` until
+   every result is in.
+2. fan-in: N no-ops then one join / a ``chord`` (header of N no-ops, a no-op body).
+3. chain: M sequential no-ops / a ``chain`` of M immutable no-op signatures; also per step.
+4. start throughput: K ``POST /api/v1/executions`` (DRF's ``APIClient``, in this process), 201s
+   per second / K ``send_task`` of the no-op per second. What the starts started is waited for
+   (untimed) before the next case.
+
+The Celery side needs a result backend (the project has one whenever the broker is Redis);
+without one its column reads ``n/a``.
+"""
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from bench.workflows import CELERY_NOOP
+
+POLL = 0.005
+TIMEOUT = 300.0
+
+DEFAULT_SIZES = {"fanout": 1000, "chain": 100, "starts": 200}
+
+
+@dataclass
+class Row:
+    case: str
+    switchyard: list
+    celery: list
+    unit: str = "s"  # "s": seconds, lower is better; "/s": per second, higher is better
+
+
+def _wait_completed(execution_id, timeout=TIMEOUT):
+    from workflows_app.models import Execution
+
+    deadline = time.monotonic() + timeout
+    while True:
+        status = Execution.objects.filter(pk=execution_id).values_list("status", flat=True).get()
+        if status == "completed":
+            return time.monotonic()
+        if status in ("failed", "cancelled", "timed_out"):
+            raise RuntimeError(f"benchmark execution {execution_id} ended {status}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"benchmark execution {execution_id} still {status} after {timeout} s")
+        time.sleep(POLL)
+
+
+def _switchyard(workflow_id, parameters):
+    from workflows_app import services
+
+    asked = time.monotonic()
+    execution = services.start(workflow_id, parameters)
+    return _wait_completed(execution.pk) - asked
+
+
+def _celery(signature):
+    asked = time.monotonic()
+    result = signature.apply_async()
+    result.get(timeout=TIMEOUT, propagate=True, interval=POLL, disable_sync_subtasks=False)
+    elapsed = time.monotonic() - asked
+    result.forget()
+    return elapsed
+
+
+def _api_client():
+    from django.contrib.auth import get_user_model
+    from rest_framework.test import APIClient
+
+    user, _ = get_user_model().objects.get_or_create(username="switchyard-bench")
+    client = APIClient(SERVER_NAME="localhost")
+    client.force_authenticate(user=user)
+    return client
+
+
+def _starts(client, k, agent):
+    """K starts through the REST API; returns (starts per second, the executions' ids)."""
+    ids = []
+    began = time.monotonic()
+    for _ in range(k):
+        response = client.post("/api/v1/executions", {"workflow_id": "bench_single", "parameters": {"agent": agent}},
+                               format="json")
+        if response.status_code != 201:
+            raise RuntimeError(f"POST /api/v1/executions answered {response.status_code}: {response.content[:500]!r}")
+        ids.append(response.json()["id"])
+    return k / (time.monotonic() - began), ids
+
+
+def _sends(app, k, agent):
+    """K ``send_task`` of the no-op; returns (messages per second, their results)."""
+    began = time.monotonic()
+    results = [app.send_task(CELERY_NOOP, args=[i], queue=agent) for i in range(k)]
+    return k / (time.monotonic() - began), results
+
+
+def run(stack, agent, rounds, sizes=None):
+    from celery import chain, chord, group
+
+    from switchyard.celery import app
+
+    sizes = {**DEFAULT_SIZES, **(sizes or {})}
+    n, m, k = sizes["fanout"], sizes["chain"], sizes["starts"]
+    has_backend = bool(app.conf.result_backend)
+    noop = app.signature(CELERY_NOOP, queue=agent, immutable=True)
+
+    def noops(count):  # immutable: no result is passed on, as between Switchyard's steps
+        return [noop.clone() for _ in range(count)]
+
+    rows = {key: Row(case, [], []) for key, case in (
+        ("fanout", f"fan-out: {n} no-ops"),
+        ("fanin", f"fan-in: {n} no-ops then a join (Celery: chord)"),
+        ("chain", f"chain: {m} sequential no-ops"),
+    )}
+    rows["starts"] = Row(f"start throughput: {k} starts (Switchyard: POST /executions 201s; Celery: send_task)",
+                         [], [], unit="/s")
+    client = _api_client()
+
+    # Warm up both sides (imports, connections, pool processes), untimed.
+    _switchyard("bench_fan_in", {"n": 2, "agent": agent})
+    if has_backend:
+        _celery(group(noops(2)))
+        _celery(chord(noops(2), noop.clone()))
+
+    for _ in range(rounds):
+        rows["fanout"].switchyard.append(_switchyard("bench_fan_out", {"n": n, "agent": agent}))
+        rows["fanin"].switchyard.append(_switchyard("bench_fan_in", {"n": n, "agent": agent}))
+        rows["chain"].switchyard.append(_switchyard("bench_chain", {"m": m, "agent": agent}))
+        if has_backend:
+            rows["fanout"].celery.append(_celery(group(noops(n))))
+            rows["fanin"].celery.append(_celery(chord(noops(n), noop.clone())))
+            rows["chain"].celery.append(_celery(chain(noops(m))))
+
+        rate, ids = _starts(client, k, agent)
+        rows["starts"].switchyard.append(rate)
+        for execution_id in ids:  # untimed: let them finish before the next measurement
+            _wait_completed(execution_id)
+        rate, results = _sends(app, k, agent)
+        rows["starts"].celery.append(rate)
+        if has_backend:
+            for result in results:
+                result.get(timeout=TIMEOUT, interval=POLL)
+                result.forget()
+        else:
+            time.sleep(1.0)
+
+    out = [rows["fanout"], rows["fanin"], rows["chain"]]
+    per_step = Row(f"chain: per step (total / {m}), ms", [v / m * 1000 for v in rows["chain"].switchyard],
+                   [v / m * 1000 for v in rows["chain"].celery], unit="ms")
+    out += [per_step, rows["starts"]]
+    return out
+
+
+def _fmt(values, unit):
+    if not values:
+        return "n/a"
+    median = statistics.median(values)
+    return f"{median:.1f}" if unit in ("/s", "ms") else f"{median:.3f}"
+
+
+def report(rows):
+    lines = ["| throughput case | Switchyard median | Celery median | ratio Switchyard / Celery | note |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        sy, ce = _fmt(row.switchyard, row.unit), _fmt(row.celery, row.unit)
+        ratio, note = "n/a", ""
+        if row.switchyard and row.celery:
+            a, b = statistics.median(row.switchyard), statistics.median(row.celery)
+            ratio = f"{a / b:.2f}" if b else "n/a"
+            if row.unit == "ms":
+                note = f"Switchyard − Celery: {a - b:+.1f} ms per step"
+        unit = {"s": "s", "/s": "starts/s", "ms": "ms"}[row.unit]
+        if row.unit == "/s":
+            note = (note + " " if note else "") + "per second: higher is better"
+        lines.append(f"| {row.case} ({unit}) | {sy} | {ce} | {ratio} | {note} |")
+    return "\n".join(lines)
+
+
+__all__ = ["run", "report", "DEFAULT_SIZES"]
