@@ -110,7 +110,7 @@ class GracefulShutdown:
         self._started.set()
         threading.Thread(target=self.run_phases, name="graceful-shutdown", daemon=True).start()
 
-    def run_phases(self, exit=os._exit):
+    def run_phases(self, hard_exit=os._exit):
         phases = workflows_settings.SHUTDOWN_PHASE_TIMEOUTS
         logger.warning("%s: shutting down (phase timeouts %s)", self.label, phases)
         for thread in self.stop_first:
@@ -131,7 +131,7 @@ class GracefulShutdown:
 
         time.sleep(phases["flush"])
         logger.error("%s: still not stopped %ss after the last phase began: exiting now", self.label, phases["flush"])
-        exit(1)
+        hard_exit(1)
 
 
 def hand_back(keys, reason):

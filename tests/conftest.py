@@ -60,3 +60,13 @@ def make_operation(db, make_execution):
         return Operation.objects.create(state=state, execution=execution, **fields)
 
     return make
+
+
+@pytest.fixture
+def running(make_execution, make_operation):
+    """A started execution: ``done`` succeeded, ``busy`` started (attempt 1), ``next`` pending."""
+    execution = make_execution(status=ExecutionStatus.STARTED, token_hash="a" * 64)
+    make_operation(OperationState.SUCCEEDED, execution, name="done", attempt=1)
+    make_operation(OperationState.STARTED, execution, name="busy", attempt=1)
+    make_operation(OperationState.PENDING, execution, name="next")
+    return execution

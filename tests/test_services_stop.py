@@ -37,16 +37,6 @@ def event_types(execution):
     return [(e.type, e.operation) for e in Event.objects.filter(execution_id=execution.pk).order_by("id")]
 
 
-@pytest.fixture
-def running(make_execution, make_operation):
-    """A started execution: ``done`` succeeded, ``busy`` started (attempt 1), ``next`` pending."""
-    execution = make_execution(status=ExecutionStatus.STARTED, token_hash="a" * 64)
-    make_operation(OperationState.SUCCEEDED, execution, name="done", attempt=1)
-    make_operation(OperationState.STARTED, execution, name="busy", attempt=1)
-    make_operation(OperationState.PENDING, execution, name="next")
-    return execution
-
-
 @pytest.mark.parametrize("action", ACTIONS)
 @pytest.mark.parametrize("status", ["pending", "queued"])
 def test_any_stop_of_a_waiting_execution_ends_it_cancelled_at_once(make_execution, action, status):

@@ -15,16 +15,6 @@ def act(client, execution, body, **kwargs):
     return client.post(f"{API}/executions/{execution.pk}", body, format="json", **kwargs)
 
 
-@pytest.fixture
-def running(make_execution, make_operation):
-    """A started execution: ``done`` succeeded, ``busy`` started, ``next`` pending."""
-    execution = make_execution(status=ExecutionStatus.STARTED, token_hash="a" * 64)
-    make_operation(OperationState.SUCCEEDED, execution, name="done", attempt=1)
-    make_operation(OperationState.STARTED, execution, name="busy", attempt=1)
-    make_operation(OperationState.PENDING, execution, name="next")
-    return execution
-
-
 def states(execution):
     return dict(Operation.objects.filter(execution=execution).values_list("name", "state"))
 

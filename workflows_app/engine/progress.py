@@ -202,12 +202,12 @@ def timeout_due(execution, now=None) -> bool:
     run: its start, or its latest resume (a resumed execution gets its whole timeout again)."""
     if execution.timeout is None or execution.started_at is None:
         return False
-    since = execution.started_at
+    now, limit = now or timezone.now(), timedelta(seconds=execution.timeout)
+    if execution.started_at + limit > now:
+        return False  # not due even counted from the start: no need to look for a resume (the tick's common case)
     resumed = (Event.objects.filter(execution_id=execution.pk, type=EventType.WORKFLOW_RESUMED)
                .order_by("-id").values_list("timestamp", flat=True).first())
-    if resumed is not None and resumed > since:
-        since = resumed
-    return since + timedelta(seconds=execution.timeout) <= (now or timezone.now())
+    return resumed is None or resumed + limit <= now
 
 
 def reset_operations(execution, states, message):
