@@ -1,10 +1,11 @@
 """``python -m bench``: Switchyard's benchmarks, each side by side with plain Celery on the same broker, database and worker processes, in one run.
 
-``python -m bench [--rounds N] [--output FILE] [--fanout N] [--chain M] [--starts K] [--skip-stop]``
+``python -m bench [--rounds N] [--output FILE] [--fanout N] [--chain M] [--starts K] [--skip-stop] [--suspended K]``
 
 Runs against whatever ``DATABASE_URL`` and ``CELERY_BROKER_URL`` say (default: the embedded
 SQLite and Redis), migrating the database first. Cases: stop latency (``bench/stop.py``), and
-fan-out, fan-in, chain and start throughput (``bench/throughput.py``).
+fan-out, fan-in, chain and start throughput (``bench/throughput.py``), and K executions suspended
+on an event at once, then woken (``bench/suspended.py``).
 """
 
 import argparse
@@ -28,9 +29,13 @@ def main(argv=None):
     parser.add_argument("--chain", type=int, default=100, help="M: sequential no-ops of the chain case")
     parser.add_argument("--starts", type=int, default=200, help="K: starts of the start-throughput case")
     parser.add_argument("--skip-stop", action="store_true", help="leave out the stop-latency cases")
+    parser.add_argument("--suspended", type=int, default=10000,
+                        help="K: executions waiting for an event at once (0: leave the case out)")
     args = parser.parse_args(argv)
     if min(args.rounds, args.fanout, args.chain, args.starts) < 1:
         parser.error("--rounds, --fanout, --chain and --starts must be at least 1")
+    if args.suspended < 0:
+        parser.error("--suspended must be 0 (leave it out) or more")
     sizes = {"fanout": args.fanout, "chain": args.chain, "starts": args.starts}
 
     suffix = uuid.uuid4().hex[:8]
@@ -44,7 +49,7 @@ def main(argv=None):
     django.setup()
     from django.core.management import call_command
 
-    from bench import stop, throughput
+    from bench import stop, suspended, throughput
     from tests.integration.harness import Stack, ensure_broker
 
     call_command("migrate", verbosity=0)
@@ -58,11 +63,12 @@ def main(argv=None):
         failed = True
         try:
             agent = f"bench-agent-{suffix}"
-            stack.start_manager(concurrency=2)
-            stack.start_agent(agent, concurrency=2)
+            manager = stack.start_manager(concurrency=2)
+            agent_process = stack.start_agent(agent, concurrency=2)
             stack.wait_for_agent(agent)
             samples, notes = ({}, {}) if args.skip_stop else stop.run(stack, agent, bench_dir, args.rounds)
             rows = throughput.run(stack, agent, args.rounds, sizes)
+            waiting = suspended.run(stack, [manager, agent_process], args.suspended) if args.suspended else []
             failed = False
         finally:
             stack.close(failed=failed, out=sys.stderr)
@@ -71,12 +77,15 @@ def main(argv=None):
 
     header = (f"{datetime.now(timezone.utc):%Y-%m-%d}, {platform.machine()} {os.cpu_count()} cores, "
               f"{connection.vendor}, broker {django.conf.settings.CELERY_BROKER_URL.split(':')[0]}, "
-              f"`python -m bench --rounds {args.rounds} --fanout {args.fanout} --chain {args.chain} --starts {args.starts}`, "
+              f"`python -m bench --rounds {args.rounds} --fanout {args.fanout} --chain {args.chain} --starts {args.starts} "
+              f"--suspended {args.suspended}`, "
               f"one agent of concurrency 2, manager concurrency 2")
     sections = [header]
     if samples:
         sections.append(stop.report(samples, notes, GRACE))
     sections.append(throughput.report(rows))
+    if waiting:
+        sections.append(suspended.report(waiting))
     table = "\n\n".join(sections)
     print(table)
     if args.output:

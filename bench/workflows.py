@@ -106,3 +106,15 @@ def celery_noop(*args):
     """The plain Celery no-op; it keeps its result (the project ignores results by default): a
     group, chord or chain is waited on through the result backend."""
     return None
+
+
+# --- suspended scale (bench/suspended.py) ------------------------------------------------
+
+
+@workflow(name="bench_wait_event")
+def wait_event(ctx, run=""):
+    """Waits (durably: no thread, no process) for the event ``go``; keeps and returns its payload.
+    ``run`` tells one benchmark run's executions from another's."""
+    payload = ctx.await_event("go")
+    ctx.set_payload({"go": payload})
+    return payload

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from celery import chain, chord, group
 
-from workflows_app.sdk import NonRecoverableError, RecoverableError, operation, workflow
+from workflows_app.sdk import EventTimeout, NonRecoverableError, RecoverableError, StepFailed, operation, workflow
 
 MARKERS_ENV = "SWITCHYARD_TEST_MARKERS"
 #: Set by run_agent / run_manager in their processes (agents.local.NAME_ENV).
@@ -373,3 +373,64 @@ def restart_mix(ctx, agents, seconds=6.0, chain=8, manager_seconds=None, step_se
                          depends_on=[previous] if previous else [])
     g.add("join", step, "join", done=True, agent=agents[1], depends_on=["slow-manager", "slow-agent", previous, *wide_steps])
     return g.run()
+
+
+# --- waits: events, timers, cancelling a step (SPEC §6; tests/test_context_waits.py) ----------
+
+
+@workflow(name="it_events")
+def events(ctx, waits):
+    """``waits``: a list of ``[name, timeout]``; each is awaited in turn and what it gave —
+    the payload, or ``"timeout"`` — is appended to the payload's ``got``."""
+    got = []
+    for name, timeout in waits:
+        try:
+            got.append(ctx.await_event(name, timeout=timeout))
+        except EventTimeout:
+            got.append("timeout")
+    ctx.set_payload({"got": got})
+
+
+@workflow(name="it_sleep")
+def sleeper(ctx, seconds):
+    ctx.sleep(seconds)
+    ctx.set_payload({"slept": seconds})
+
+
+@workflow(name="it_cancel_step")
+def cancel_one_step(ctx, agent, after_first=False, use_ctx=False):
+    """``victim`` (after ``first`` when ``after_first``, so it stays pending) and ``then`` after
+    it; on the event ``cancel`` the workflow cancels ``victim`` and records what each became."""
+    first = ctx.execute("first", step, "first", sleep=30.0, agent=agent) if after_first else None
+    victim = ctx.execute("victim", step, "victim", sleep=30.0, agent=agent, depends_on=[first] if first else ())
+    then = ctx.execute("then", step, "then", agent=agent, depends_on=[victim])
+    ctx.await_event("cancel")
+    cancelled_now = ctx.cancel_step(victim) if use_ctx else victim.cancel()
+    outcome = {"cancelled_now": cancelled_now}
+    for handle in (victim, then):
+        try:
+            handle.wait()
+            outcome[handle.name] = "ran"
+        except StepFailed:
+            outcome[handle.name] = handle.state.value
+    ctx.set_payload(outcome)
+
+
+@workflow(name="it_none_of")
+def none_of_events(ctx, timeout=None):
+    """``none_of`` over two event waits; the answer goes to the payload."""
+    yes, also = ctx.wait_for_event("yes", timeout=timeout), ctx.wait_for_event("also-yes", timeout=timeout)
+    ctx.set_payload({"none": ctx.none_of(yes, also).wait(), "states": [yes.state.value, also.state.value]})
+
+
+@workflow(name="it_bad_wait")
+def bad_wait(ctx, case):
+    """A wait asked with bad input: the execution fails with a clear error."""
+    if case == "name":
+        ctx.await_event(42)
+    elif case == "timeout":
+        ctx.await_event("x", timeout=-1)
+    elif case == "sleep":
+        ctx.sleep("soon")
+    elif case == "cancel":
+        ctx.cancel_step(3.5)

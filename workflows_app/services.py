@@ -8,7 +8,7 @@ from django.db import DatabaseError, transaction
 
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress, queueing, stopping
+from workflows_app.engine import progress, queueing, stopping, waits
 from workflows_app.errors import ActionRefused, ExistingRunningExecution, ParameterError
 from workflows_app.models import Event, Execution
 from workflows_app.registry import get_workflow
@@ -22,7 +22,7 @@ from workflows_app.states import (
     ExecutionStatus,
     FailureMode,
 )
-from workflows_app.transitions import execution_transition
+from workflows_app.transitions import execution_transition, record_event
 
 
 def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None,
@@ -61,6 +61,33 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
             return execution_transition(execution, ExecutionStatus.QUEUED, message=f"queued behind {holder}")
         transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
     return execution
+
+
+def send_event(execution_id, name, payload=None) -> Event:
+    """Deliver the external event ``name`` to an execution (``POST .../events``, ``manage.py
+    send_event``): stored as an ``event_received`` event with data ``{"name", "payload"}`` and,
+    once committed, the execution is woken. The event is kept until a wait for ``name`` takes it
+    (``ctx.await_event``; the oldest first), so one sent before the workflow waits is not lost.
+
+    Raises ``ParameterError`` for a name that is not a non-empty string (at most 255 characters)
+    or a payload that is not JSON, and ``ActionRefused`` once the execution has ended.
+    """
+    try:
+        waits.check_name(name)
+        waits.check_payload(payload)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(str(exc)) from None
+    with transaction.atomic():
+        # No row lock: a dispatcher holds it while the workflow function runs; the advance sent
+        # below runs after it and sees the event.
+        execution = Execution.objects.only("id", "status").get(pk=execution_id)
+        if execution.status in EXECUTION_TERMINAL:
+            raise ActionRefused("send an event to", execution.pk, ExecutionStatus(execution.status),
+                                sorted(set(ExecutionStatus) - EXECUTION_TERMINAL))
+        event = record_event(execution.pk, EventType.EVENT_RECEIVED, f"event {name[:100]!r} received",
+                             {"name": name, "payload": payload})
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+    return event
 
 
 def cancel(execution_id) -> Execution:
@@ -150,7 +177,7 @@ def _locked_or_stop_dispatcher(execution_id) -> Execution:
     stops it: its transaction rolls back and its message is delivered again) and the lock awaited."""
     try:
         with transaction.atomic():  # a savepoint: the refused lock must not abort the outer transaction
-            return Execution.objects.select_for_update(nowait=True).get(pk=execution_id)
+            return Execution.objects.select_for_update(nowait=True, no_key=True).get(pk=execution_id)
     except DatabaseError:  # the lock is held (PostgreSQL: lock_not_available)
         pass
     dispatch.broadcast_kill(execution_id, dispatcher=True)
@@ -173,4 +200,4 @@ def _stop(execution_id, action, target) -> Execution:
 
 def _locked(execution_id) -> Execution:
     """The execution, its row locked until the transaction ends (one writer at a time)."""
-    return Execution.objects.select_for_update().get(pk=execution_id)
+    return Execution.objects.select_for_update(no_key=True).get(pk=execution_id)

@@ -144,3 +144,21 @@ OPERATION_EVENT_BY_TARGET = {
     _O.FAILED: EventType.TASK_FAILED,
     _O.CANCELLED: EventType.TASK_CANCELLED,
 }
+
+
+class WaitKind(models.TextChoices):
+    """What a stored wait (``workflows_app.models.Wait``) waits for."""
+
+    EVENT = "event"  # ctx.await_event / ctx.wait_for_event
+    SLEEP = "sleep"  # ctx.sleep
+
+
+class WaitOutcome(models.TextChoices):
+    """How a stored wait ended; ``waiting`` until then. Once ended it never changes, so every
+    replay of the workflow sees the same outcome."""
+
+    WAITING = "waiting"
+    RECEIVED = "received"  # it took an event
+    TIMED_OUT = "timed_out"  # an event wait's deadline passed first
+    ELAPSED = "elapsed"  # a sleep's deadline passed
+    CANCELLED = "cancelled"  # ctx.cancel_step / handle.cancel()

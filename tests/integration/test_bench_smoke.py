@@ -14,12 +14,13 @@ pytestmark = pytest.mark.integration
 def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
     output = tmp_path / "bench.md"
     done = subprocess.run([sys.executable, "-m", "bench", "--rounds", "1", "--output", str(output),
-                           "--fanout", "20", "--chain", "5", "--starts", "10"], cwd=ROOT,
+                           "--fanout", "20", "--chain", "5", "--starts", "10", "--suspended", "5"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     table = output.read_text()
     for case in ("kill, operation ignores SIGTERM: process tree gone", "cancel, cooperative operation: execution cancelled",
                  "force-cancel: execution cancelled", "celery revoke(terminate=True, signal=SIGKILL)",
                  "fan-out: 20 no-ops", "fan-in: 20 no-ops then a join", "chain: 5 sequential no-ops",
-                 "chain: per step", "start throughput: 10 starts"):
+                 "chain: per step", "start throughput: 10 starts",
+                 "suspended: RSS with 5 executions waiting", "wake: 5 events delivered until all completed"):
         assert case in table

@@ -8,7 +8,6 @@ one for the operations' dependencies (prefetched) and one to check the execution
 import json
 import uuid
 
-from django.db import transaction
 from django.db.models import Count, Prefetch
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
@@ -18,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.models import Agent
-from workflows_app import dispatch, services
+from workflows_app import services
 from workflows_app import errors as domain
 from workflows_app.api import errors
 from workflows_app.api.filters import EventFilter, ExecutionFilter
@@ -41,8 +40,7 @@ from workflows_app.api.serializers import (
 from workflows_app.conf import workflows_settings
 from workflows_app.models import Event, Execution, Operation, OperationDependency
 from workflows_app.registry import workflows
-from workflows_app.states import EventType, OperationState
-from workflows_app.transitions import record_event
+from workflows_app.states import OperationState
 
 ACTION_SERVICES = {
     "cancel": services.cancel,
@@ -240,10 +238,12 @@ class ExecutionEvents(ExecutionLookupMixin, generics.GenericAPIView):
         if execution.is_terminal:
             raise errors.ExecutionNotActive(
                 f"execution {execution.pk} is {execution.status}: it takes no more events")
-        with transaction.atomic():
-            event = record_event(execution.pk, EventType.EVENT_RECEIVED, f"event {name[:100]!r} received",
-                                 {"name": name, "payload": payload})
-            transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        try:
+            event = services.send_event(execution.pk, name, payload)
+        except domain.ParameterError as exc:
+            raise errors.InvalidParameters(str(exc)) from None
+        except domain.ActionRefused as exc:  # it ended since it was read
+            raise errors.ExecutionNotActive(str(exc)) from None
         return Response(EventSerializer(event).data, status=status.HTTP_202_ACCEPTED)
 
 

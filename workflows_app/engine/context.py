@@ -7,13 +7,17 @@ unwinds it, the dispatcher commits what was stored, and the function holds no th
 process until a completion wakes the execution again.
 """
 
+from django.db import transaction
+
+from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import graph as graphs
-from workflows_app.engine import progress
-from workflows_app.errors import StepFailed, WorkflowError
-from workflows_app.models import Operation, OperationDependency
+from workflows_app.engine import progress, waits
+from workflows_app.errors import EventTimeout, StepFailed, TransitionRefused, WorkflowError
+from workflows_app.models import Operation, OperationDependency, Wait
 from workflows_app.registry import get_operation, operation_name
-from workflows_app.states import OperationState
+from workflows_app.states import OperationState, WaitKind, WaitOutcome
+from workflows_app.transitions import operation_transition
 
 STEP_OPTIONS = ("max_retries", "retry_interval", "timeout")
 
@@ -63,6 +67,10 @@ class StepHandle:
     def __repr__(self):
         return f"<StepHandle {self.name} {self._operation.state}>"
 
+    def cancel(self):
+        """``ctx.cancel_step(self)``: True if the step was cancelled now, False if it had ended."""
+        return self._ctx.cancel_step(self)
+
 
 class AllOf:
     def __init__(self, handles):
@@ -86,6 +94,86 @@ class AnyOf:
         if all(handle.done for handle in self.handles):
             self.handles[0].wait()  # every one failed: raise the first's failure
         raise Suspend("any_of")
+
+
+#: A wait's outcome as the state of a step, so that all_of / any_of / none_of mix both.
+_WAIT_STATE = {
+    WaitOutcome.WAITING: OperationState.STARTED,
+    WaitOutcome.RECEIVED: OperationState.SUCCEEDED,
+    WaitOutcome.ELAPSED: OperationState.SUCCEEDED,
+    WaitOutcome.TIMED_OUT: OperationState.FAILED,
+    WaitOutcome.CANCELLED: OperationState.CANCELLED,
+}
+
+
+class WaitHandle:
+    """A stored wait (``ctx.wait_for_event``; ``ctx.sleep`` uses one too), with a StepHandle's
+    interface: ``wait()``, ``result()``, ``state``, ``done``, ``cancel()``.
+
+    ``wait()`` returns the event's payload (``None`` for a sleep), raises ``EventTimeout`` once
+    the wait timed out and ``StepFailed`` once it was cancelled, and otherwise suspends the
+    workflow. ``state`` is an ``OperationState``: ``started`` while waiting, ``succeeded``,
+    ``failed`` (timed out) or ``cancelled``."""
+
+    def __init__(self, ctx, wait):
+        self._ctx, self._wait = ctx, wait
+
+    @property
+    def name(self):
+        return self._wait.key
+
+    @property
+    def outcome(self):
+        return WaitOutcome(self._wait.outcome)
+
+    @property
+    def state(self):
+        return _WAIT_STATE[self.outcome]
+
+    @property
+    def done(self):
+        return self.outcome != WaitOutcome.WAITING
+
+    def wait(self):
+        wait = self._wait
+        if wait.outcome in (WaitOutcome.RECEIVED, WaitOutcome.ELAPSED):
+            return wait.payload
+        if wait.outcome == WaitOutcome.TIMED_OUT:
+            raise EventTimeout(wait.name, wait.timeout)
+        if wait.outcome == WaitOutcome.CANCELLED:
+            raise StepFailed(self.name, {"type": "Cancelled", "message": "the wait was cancelled"})
+        raise Suspend(self.name)
+
+    result = wait
+
+    def cancel(self):
+        """``ctx.cancel_step(self)``: True if the wait was cancelled now, False if it had ended."""
+        return self._ctx.cancel_step(self)
+
+    def __repr__(self):
+        return f"<WaitHandle {self.name} {self._wait.outcome}>"
+
+
+class NoneOf:
+    """``ctx.none_of(*handles)``: Axon's ``noneMatch`` with "the step succeeded" as the match.
+
+    ``wait()`` returns ``False`` as soon as one of the handles succeeded (short-circuit, as
+    ``any_of``: the others are neither awaited nor cancelled), ``True`` once every one ended
+    without succeeding — failed, cancelled, or an event wait timed out — and otherwise suspends.
+    It never raises a handle's failure: that no step succeeded is its answer. The usual use:
+    ``if ctx.none_of(approval_a, approval_b).wait(): escalate()``."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def wait(self):
+        if any(handle.state == OperationState.SUCCEEDED for handle in self.handles):
+            return False
+        if all(handle.done for handle in self.handles):
+            return True
+        raise Suspend("none_of")
+
+    result = wait
 
 
 class GraphBuilder:
@@ -165,6 +253,13 @@ class WorkflowContext:
     def any_of(self, *handles):
         return AnyOf(handles)
 
+    def none_of(self, *handles):
+        """True once every handle ended without succeeding, False as soon as one succeeded (``NoneOf``)."""
+        for handle in handles:
+            if not isinstance(handle, (StepHandle, WaitHandle)):
+                raise TypeError(f"none_of takes step and wait handles, not {type(handle).__name__}")
+        return NoneOf(handles)
+
     def graph(self):
         return GraphBuilder(self)
 
@@ -187,6 +282,45 @@ class WorkflowContext:
         results = {name: self._operations[name].result for name in names}
         output = compiled.output.to_json()
         return graphs.resolve(_prefix_input(output, prefix) if prefix else output, results)
+
+    # --- events, timers, cancelling a step ----------------------------------------------
+    def await_event(self, name, timeout=None):
+        """Wait (durably) for the external event ``name``; its payload. ``EventTimeout`` when
+        none came within ``timeout`` seconds (the workflow may catch it). An event delivered
+        before anyone waits for it is kept: each wait takes the oldest one not taken yet."""
+        return self.wait_for_event(name, timeout).wait()
+
+    def wait_for_event(self, name, timeout=None):
+        """As ``await_event``, without waiting: a ``WaitHandle`` for ``all_of/any_of/none_of``.
+        The k-th wait for ``name`` in the workflow is the same stored wait on every replay."""
+        waits.check_name(name)
+        timeout = waits.check_seconds(timeout, "timeout", optional=True)
+        return self._wait_for(WaitKind.EVENT, f"event:{name}", name, timeout)
+
+    def sleep(self, seconds):
+        """A durable timer: the workflow suspends (holding no thread or process) and the
+        manager's tick wakes it once ``seconds`` have passed since this sleep was first reached."""
+        seconds = waits.check_seconds(seconds, "sleep")
+        return self._wait_for(WaitKind.SLEEP, "sleep", "", seconds).wait()
+
+    def cancel_step(self, handle):
+        """Cancel one step (SPEC §7), at once: a step not started yet never starts (its message
+        is revoked, fencing refuses it anyway); a running one is asked to stop — SIGTERM to its
+        process group, SIGKILL after KILL_GRACE_SECONDS — and what it reports later is kept as a
+        ``stale_report`` event. Steps that depend on it can never start: they are cancelled too.
+        A wait handle is cancelled. True if it was cancelled now, False if it had ended (the
+        replay of a cancel is a no-op). Its ``wait()`` raises ``StepFailed``."""
+        if isinstance(handle, WaitHandle):
+            return waits.cancel(handle._wait)
+        if isinstance(handle, StepHandle):
+            name = handle.name
+        elif isinstance(handle, str):
+            name = handle
+        else:
+            raise TypeError(f"cancel_step takes a step handle or a step name, not {type(handle).__name__}")
+        if name not in self._operations:
+            raise WorkflowError(f"cancel_step: no step named {name!r} in this execution")
+        return self._cancel_operation(self._operations[name], "cancelled by the workflow (cancel_step)")
 
     def set_payload(self, payload):
         if not isinstance(payload, dict):
@@ -243,6 +377,51 @@ class WorkflowContext:
         if failed and not progress.can_progress(self._execution):
             raise StepFailed(failed[0].name, failed[0].error or {"message": failed[0].state})
         raise Suspend(names[0])
+
+    def _wait_for(self, kind, prefix, name, timeout):
+        """The stored wait this call is on every replay (``<prefix>#<k>``, the k-th such call),
+        stored when first reached; settled now if it can be. The waits are read once per
+        replay, on the first call: a workflow that never waits costs no query."""
+        book = self.__dict__.get("_wait_book")
+        if book is None:
+            book = self._wait_book = {"rows": {w.key: w for w in Wait.objects.filter(execution_id=self._execution.pk)},
+                                      "calls": {}}
+        count = book["calls"][prefix] = book["calls"].get(prefix, 0) + 1
+        key = f"{prefix}#{count}"
+        wait = book["rows"].get(key)
+        if wait is None:
+            wait = book["rows"][key] = waits.open_wait(self._execution, key, kind, name, timeout)
+        return WaitHandle(self, waits.settle(wait))
+
+    def _cancel_operation(self, operation, message):
+        """Cancel first, terminate after, for one operation (see ``cancel_step``)."""
+        error = {"type": "Cancelled", "message": message, "traceback": ""}
+        for _ in range(3):  # an agent may move it on (sent -> started) meanwhile: read it again
+            if operation.is_terminal:
+                return False
+            was = OperationState(operation.state)
+            try:
+                operation_transition(operation, OperationState.CANCELLED, message=message, error=error)
+            except TransitionRefused:
+                operation.refresh_from_db()
+                continue
+            if was == OperationState.STARTED:
+                progress.stop_attempts(self._execution.pk, [(operation.pk, operation.attempt)])
+            elif was in (OperationState.SENDING, OperationState.SENT):
+                task_id = operation.task_id
+                transaction.on_commit(lambda: dispatch.revoke([task_id]))
+            self._cancel_dependents(operation)
+            return True
+        raise WorkflowError(f"cancel_step: step {operation.name!r} kept changing state; not cancelled")
+
+    def _cancel_dependents(self, operation):
+        """Steps that wait for ``operation`` (directly or not) can never start: cancel them."""
+        by_pk = {op.pk: op for op in self._operations.values()}
+        dependents = OperationDependency.objects.filter(depends_on_id=operation.pk).values_list("operation_id", flat=True)
+        for pk in dependents:
+            dependent = by_pk.get(pk)
+            if dependent is not None and dependent.state == OperationState.PENDING:
+                self._cancel_operation(dependent, f"not started: {operation.name} was cancelled")
 
 
 def _first(*values):

@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents.models import Agent
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress, queueing, recovery, stopping
+from workflows_app.engine import progress, queueing, recovery, stopping, waits
 from workflows_app.models import Execution, Operation
 from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, OperationState
 
@@ -66,9 +66,10 @@ def fail_operations_of_offline_agents(now):
 
 def wake_due_executions(now):
     """Executions whose own deadline passed (timeout, wait_after_fail, CANCEL_TIMEOUT) are
-    advanced; so is one that can make no progress (its wake-up message was lost)."""
+    advanced; so is one that can make no progress (its wake-up message was lost), and one with
+    a stored wait (``sleep``, an event wait's timeout) whose deadline passed."""
     started = Execution.objects.filter(status=ExecutionStatus.STARTED)
-    due = set()
+    due = waits.due_executions(now)
     for execution in Execution.objects.filter(status=ExecutionStatus.CANCELLING).only("pk"):
         if stopping.cancel_timed_out(execution, now):
             due.add(execution.pk)
@@ -92,7 +93,8 @@ def resend_stuck_messages(now):
         dispatch.send_advance(pk)
     for operation in Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale):
         dispatch.send_operation(operation)
-    for execution in Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale):
+    # One that only waits for an event or a timer is moved by the event's advance or the tick.
+    for execution in Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale).exclude(waits.only_waiting(stale)):
         if not progress.can_progress(execution):
             dispatch.send_advance(execution.pk)
     queueing.start_every_free_deployment()

@@ -1,7 +1,9 @@
-"""The stored state of Switchyard: executions, operations with their dependencies, events."""
+"""The stored state of Switchyard: executions, operations with their dependencies, events, and
+the waits of suspended workflows."""
 
 from workflows_app.models.event import Event
 from workflows_app.models.execution import Execution
 from workflows_app.models.operation import Operation, OperationDependency
+from workflows_app.models.wait import Wait
 
-__all__ = ["Event", "Execution", "Operation", "OperationDependency"]
+__all__ = ["Event", "Execution", "Operation", "OperationDependency", "Wait"]
