@@ -10,10 +10,12 @@ message from running twice.
 
 import logging
 import os
+import time
 import traceback
 
 from celery import shared_task
 from celery.signals import task_revoked, worker_process_init
+from django.db import OperationalError
 
 from agents import local
 from workflows_app.dispatch import RUNNER_TASK
@@ -114,25 +116,45 @@ def _run(operation, attempt):
     try:
         definition = get_operation(operation.operation)
     except RegistrationError as exc:
-        return progress.record_failure(operation, attempt, _error(exc), retryable=False)
+        return _report(progress.record_failure, operation, attempt, _error(exc), retryable=False)
     args = list(operation.args)
     if operation.input is not None:
         results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
                        .values_list("name", "result"))
         args.insert(0, resolve(operation.input, results))
     if operation.execution.is_dry_run:
-        return progress.record_success(operation, attempt, None)
+        return _report(progress.record_success, operation, attempt, None)
     try:
         result = definition.func(OperationContext(operation), *args, **operation.kwargs)
     except OperationCancelled as exc:
-        return progress.record_cancelled(operation, attempt, _error(exc))
+        return _report(progress.record_cancelled, operation, attempt, _error(exc))
     except RecoverableError as exc:
-        return progress.record_failure(operation, attempt, _error(exc), retryable=True, retry_after=exc.retry_after)
+        return _report(progress.record_failure, operation, attempt, _error(exc), retryable=True, retry_after=exc.retry_after)
     except NonRecoverableError as exc:
-        return progress.record_failure(operation, attempt, _error(exc), retryable=False)
+        return _report(progress.record_failure, operation, attempt, _error(exc), retryable=False)
     except Exception as exc:
-        return progress.record_failure(operation, attempt, _error(exc), retryable=isinstance(exc, definition.retry_for or ()))
-    progress.record_success(operation, attempt, result)
+        return _report(progress.record_failure, operation, attempt, _error(exc), retryable=isinstance(exc, definition.retry_for or ()))
+    _report(progress.record_success, operation, attempt, result)
+
+
+#: Tries of a report whose transaction the database aborted (a deadlock, a serialization
+#: failure, SQLite's busy lock): it wrote nothing, and unreported its operation stays started.
+REPORT_TRIES = 5
+TRANSIENT_SQLSTATES = {"40P01", "40001"}
+
+
+def _report(record, operation, attempt, *args, **kwargs):
+    for tries in range(1, REPORT_TRIES + 1):
+        try:
+            return record(operation, attempt, *args, **kwargs)
+        except OperationalError as exc:
+            transient = (getattr(exc.__cause__, "sqlstate", None) in TRANSIENT_SQLSTATES
+                         or "database is locked" in str(exc))
+            if not transient or tries == REPORT_TRIES:
+                raise
+            logger.warning("report of %s attempt %s aborted (%s): trying again", operation.pk, attempt, exc)
+            time.sleep(0.05 * tries)
+            operation.refresh_from_db()  # what the aborted transaction set in memory never happened
 
 
 def _input_names(data):

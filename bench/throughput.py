@@ -15,6 +15,7 @@ without one its column reads ``n/a``.
 """
 
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -37,7 +38,8 @@ class Row:
 def _wait_completed(execution_id, timeout=TIMEOUT):
     from workflows_app.models import Execution
 
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline = began + timeout
     while True:
         status = Execution.objects.filter(pk=execution_id).values_list("status", flat=True).get()
         if status == "completed":
@@ -46,7 +48,8 @@ def _wait_completed(execution_id, timeout=TIMEOUT):
             raise RuntimeError(f"benchmark execution {execution_id} ended {status}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"benchmark execution {execution_id} still {status} after {timeout} s")
-        time.sleep(POLL)
+        # 1% of the time so far (at least POLL): the looking must not take the CPU it measures.
+        time.sleep(max(POLL, min(0.05, (time.monotonic() - began) / 100)))
 
 
 def _switchyard(workflow_id, parameters):
@@ -124,7 +127,7 @@ def run(stack, agent, rounds, sizes=None):
         _celery(group(noops(2)))
         _celery(chord(noops(2), noop.clone()))
 
-    for _ in range(rounds):
+    for round_ in range(1, rounds + 1):
         rows["fanout"].switchyard.append(_switchyard("bench_fan_out", {"n": n, "agent": agent}))
         rows["fanin"].switchyard.append(_switchyard("bench_fan_in", {"n": n, "agent": agent}))
         rows["chain"].switchyard.append(_switchyard("bench_chain", {"m": m, "agent": agent}))
@@ -132,6 +135,8 @@ def run(stack, agent, rounds, sizes=None):
             rows["fanout"].celery.append(_celery(group(noops(n))))
             rows["fanin"].celery.append(_celery(chord(noops(n), noop.clone())))
             rows["chain"].celery.append(_celery(chain(noops(m))))
+        for key in ("fanout", "fanin", "chain"):
+            _progress(round_, rows[key])
 
         rate, ids = _starts(client, k, agent)
         rows["starts"].switchyard.append(rate)
@@ -139,6 +144,7 @@ def run(stack, agent, rounds, sizes=None):
             _wait_completed(execution_id)
         rate, results = _sends(app, k, agent)
         rows["starts"].celery.append(rate)
+        _progress(round_, rows["starts"])
         if has_backend:
             for result in results:
                 result.get(timeout=TIMEOUT, interval=POLL)
@@ -151,6 +157,13 @@ def run(stack, agent, rounds, sizes=None):
                    [v / m * 1000 for v in rows["chain"].celery], unit="ms")
     out += [per_step, rows["starts"]]
     return out
+
+
+def _progress(round_, row):
+    """Each measurement as it is taken, on stderr: a long run shows where it is."""
+    celery = f"{row.celery[-1]:.3f}" if row.celery else "n/a"
+    print(f"round {round_}: {row.case}: Switchyard {row.switchyard[-1]:.3f}, Celery {celery} ({row.unit})",
+          file=sys.stderr, flush=True)
 
 
 def _fmt(values, unit):

@@ -8,12 +8,28 @@ never touches Celery (``migrate``, ``check``) starts nothing.
 import os
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
 
 app = Celery("switchyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# Celery's Django fix-up closes the database connection before and after every task unless
+# CELERY_DB_REUSE_MAX is set, and a new PostgreSQL connection (a backend process and its
+# caches) costs more than the operation it serves. Keep it, and let Django decide between two
+# tasks, as it does between two requests, whether it is too old (CONN_MAX_AGE), broken by an
+# error, or dead (CONN_HEALTH_CHECKS).
+app.conf["CELERY_DB_REUSE_MAX"] = 2**31
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(**kwargs):
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 @app.on_after_configure.connect

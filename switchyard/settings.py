@@ -90,7 +90,15 @@ TEMPLATES = [
 
 # --- Database --------------------------------------------------------------------------
 _default_sqlite = f"sqlite:///{VAR_DIR / 'switchyard.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL") or _default_sqlite, conn_max_age=0)}
+# Persistent connections: Celery's Django fix-up closes a connection after each task unless it
+# may live on, and a new PostgreSQL connection (a backend process, its caches) costs more than
+# the whole operation it serves. Health checks replace one that died (a database restart).
+try:
+    _conn_max_age = int(os.environ.get("DATABASE_CONN_MAX_AGE", "600"))
+except ValueError:
+    raise ImproperlyConfigured("DATABASE_CONN_MAX_AGE must be a whole number of seconds") from None
+DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL") or _default_sqlite,
+                                              conn_max_age=_conn_max_age, conn_health_checks=True)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES["default"].setdefault("OPTIONS", {}).update(

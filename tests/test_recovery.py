@@ -2,6 +2,10 @@
 alone: which are awaited and which are lost. The processes' side is in
 tests/integration/test_restart.py."""
 
+import uuid
+from datetime import timedelta
+
+import pytest
 from django.utils import timezone
 
 from agents.local import attempt_key
@@ -61,3 +65,44 @@ def test_a_lost_operation_out_of_retries_fails(make_execution, make_operation):
                         agent="a", incarnation="inc-a")
     assert recovery.reconcile_started([op], answers={}) == 1
     assert state(op) == "failed"
+
+
+# --- lost wake-ups against a backlog (the tick's sweep) ----------------------------------
+
+
+@pytest.fixture
+def management_queue(settings):
+    """A management queue of this test's own on the real broker, emptied afterwards."""
+    from switchyard.celery import app
+
+    name = f"test-mgmt-{uuid.uuid4().hex[:8]}"
+    settings.WORKFLOWS = {**getattr(settings, "WORKFLOWS", {}), "MANAGEMENT_QUEUE": name}
+    yield name
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        channel.queue_declare(queue=name, passive=False, durable=True, auto_delete=False)
+        channel.queue_delete(queue=name)
+
+
+def _stale_pending(make_execution, count):
+    executions = [make_execution(status=ExecutionStatus.PENDING) for _ in range(count)]
+    from workflows_app.models import Execution
+
+    Execution.objects.filter(pk__in=[e.pk for e in executions]).update(created_at=timezone.now() - timedelta(minutes=5))
+    return executions
+
+
+def test_a_backlog_of_start_messages_is_not_sent_again_but_a_lost_one_is(make_execution, management_queue):
+    from workflows_app import dispatch
+    from workflows_app.engine import timers
+
+    executions = _stale_pending(make_execution, 3)
+    for execution in executions:  # their start messages wait in the queue: a backlog, not a loss
+        dispatch.send_advance(execution.pk)
+    assert dispatch.waiting_messages(management_queue) == 3
+    timers.resend_stuck_messages(timezone.now())
+    assert dispatch.waiting_messages(management_queue) == 3, "a queued wake-up was sent twice"
+
+    _stale_pending(make_execution, 1)  # 4 executions to wake, 3 messages: one was lost
+    timers.resend_stuck_messages(timezone.now())
+    assert dispatch.waiting_messages(management_queue) == 3 + 4

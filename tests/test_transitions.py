@@ -7,7 +7,7 @@ import pytest
 from django.db import transaction
 
 from tests.unit.test_states import SPEC_EXECUTION, SPEC_OPERATION, parse
-from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken
+from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, TransitionRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.models.execution import hash_token
 from workflows_app.signals import execution_status_changed
@@ -18,7 +18,7 @@ from workflows_app.states import (
     OperationState,
     execution_event_type,
 )
-from workflows_app.transitions import execution_transition, operation_transition
+from workflows_app.transitions import execution_transition, operation_transition, operations_transition
 
 EXECUTION_ALLOWED = parse(SPEC_EXECUTION)
 OPERATION_ALLOWED = parse(SPEC_OPERATION)
@@ -157,3 +157,44 @@ def test_a_rolled_back_transition_leaves_neither_status_nor_event(make_execution
             1 / 0
     assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.STARTED
     assert not Event.objects.exists()
+
+
+def test_many_operations_move_at_once_with_one_event_each_and_a_refused_one_is_left_out(make_execution, make_operation):
+    execution = make_execution()
+    ops = [make_operation(execution=execution) for _ in range(4)]
+    raced = Operation.objects.get(pk=ops[2].pk)
+    operation_transition(raced, OperationState.SENDING)  # another writer got there first
+    before = Event.objects.count()
+
+    moved = operations_transition(ops, OperationState.SENDING)
+
+    assert [op.pk for op in moved] == [ops[0].pk, ops[1].pk, ops[3].pk]
+    for op in moved:
+        stored = Operation.objects.get(pk=op.pk)
+        assert (stored.state, stored.attempt, op.state, op.attempt) == ("sending", 1, "sending", 1)
+        assert stored.sending_at is not None
+    assert Operation.objects.get(pk=ops[2].pk).attempt == 1, "the raced one was not sent twice"
+    events = list(Event.objects.order_by("id")[before:])
+    assert sorted((e.operation, e.type, e.data["attempt"]) for e in events) == sorted(
+        (op.name, EventType.TASK_SENDING, 1) for op in moved)
+
+
+def test_many_operations_refuse_a_move_the_table_does_not_allow_and_write_nothing(make_operation):
+    ops = [make_operation(), make_operation(state=OperationState.SUCCEEDED)]
+    before = Event.objects.count()
+    with pytest.raises(InvalidTransition):
+        operations_transition(ops, OperationState.SENDING)
+    assert [Operation.objects.get(pk=op.pk).state for op in ops] == ["pending", "succeeded"]
+    assert Event.objects.count() == before
+
+
+def test_a_refused_transition_inside_a_transaction_leaves_that_transaction_usable(make_operation):
+    """No savepoint: the refusal is raised before anything is written, so the caller may go on."""
+    op = make_operation()
+    stale = Operation.objects.get(pk=op.pk)
+    operation_transition(op, OperationState.SENDING)
+    with transaction.atomic():
+        with pytest.raises(TransitionRefused):
+            operation_transition(stale, OperationState.SENDING)
+        operation_transition(op, OperationState.SENT)  # the same transaction still works
+    assert Operation.objects.get(pk=op.pk).state == "sent"

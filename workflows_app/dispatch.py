@@ -7,7 +7,6 @@ committed yet.
 import logging
 
 from workflows_app.conf import workflows_settings
-from workflows_app.errors import TransitionRefused
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import OperationState
 
@@ -28,22 +27,37 @@ def send_advance(execution_id):
     _app().send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE)
 
 
+#: Messages sent between two writes of their ``sent`` state: an agent that gets a message
+#: before that write has to make it itself, so the writes keep close behind the sends.
+SENT_BATCH = 50
+
+
 def send_operation(operation):
     """Send the current attempt of an operation in ``sending`` to its agent's queue, then
     record it ``sent`` (unless the agent got there first and already started it)."""
-    from workflows_app.transitions import operation_transition
+    send_operations([operation])
 
-    _app().send_task(
-        RUNNER_TASK,
-        args=[str(operation.id), operation.attempt],
-        task_id=task_id_for(operation.id, operation.attempt),
-        queue=operation.agent,
-    )
-    if operation.state == OperationState.SENDING:
-        try:
-            operation_transition(operation, OperationState.SENT)
-        except TransitionRefused:
-            pass  # the agent already moved it on (sent -> started), or a cancel ended it
+
+def send_operations(operations):
+    """:func:`send_operation` for many operations: one producer (one broker connection) for all
+    the messages, and their ``sent`` states written a batch at a time."""
+    from workflows_app.transitions import operations_transition
+
+    app = _app()
+    operations = list(operations)
+    with app.producer_or_acquire() as producer:
+        for start in range(0, len(operations), SENT_BATCH):
+            batch = operations[start:start + SENT_BATCH]
+            for operation in batch:
+                app.send_task(
+                    RUNNER_TASK,
+                    args=[str(operation.id), operation.attempt],
+                    task_id=task_id_for(operation.id, operation.attempt),
+                    queue=operation.agent,
+                    producer=producer,
+                )
+            # Those the agent (or a cancel) already moved on are left out, as they should be.
+            operations_transition([op for op in batch if op.state == OperationState.SENDING], OperationState.SENT)
 
 
 def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
@@ -59,6 +73,16 @@ def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
                    "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
         reply=False,
     )
+
+
+def waiting_messages(queue):
+    """How many messages wait in ``queue`` now; ``None`` when the broker cannot say."""
+    try:
+        with _app().connection_for_read() as connection:
+            return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
+    except Exception:  # an unknown queue, a broker that does not count: unknown, not an error
+        logger.debug("could not count the messages of %s", queue, exc_info=True)
+        return None
 
 
 def revoke(task_ids, *, terminate=False):

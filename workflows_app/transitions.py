@@ -1,22 +1,26 @@
 """The one writer of execution statuses and operation states.
 
-Every change goes through :func:`execution_transition` or :func:`operation_transition`:
+Every change goes through :func:`execution_transition` or :func:`operation_transition` (or
+:func:`operations_transition`, the same for many operations at once):
 
 * the move must be in the table of :mod:`workflows_app.states`, else ``InvalidTransition``;
 * it is applied as a conditional UPDATE on the status (state and attempt) the caller read —
   compare-and-set — so of two racing writers exactly one wins and the other gets
   ``InvalidTransition`` (or ``StaleToken`` / ``StaleAttempt``) and writes nothing;
-* its event is written in the same transaction.
+* its event is written in the same transaction: the caller's, when it has one (a refusal is
+  raised before anything is written, so it needs no savepoint), else its own.
 
 Nothing else assigns ``status`` or ``state``.
 """
 
 import logging
+from contextlib import nullcontext
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken
+from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, TransitionRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.models.execution import hash_token, new_token
 from workflows_app.signals import execution_status_changed
@@ -33,6 +37,12 @@ from workflows_app.states import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def _atomic():
+    """The transaction the writes of one transition share: the caller's if it is in one (no
+    savepoint: the hot path runs several transitions per transaction), else their own."""
+    return nullcontext() if connection.in_atomic_block else transaction.atomic()
 
 
 def record_event(execution_id, type, message="", data=None, operation=None) -> Event:
@@ -70,7 +80,7 @@ def execution_transition(execution, target, *, message="", data=None, token=None
         issued = new_token()
         updates["token_hash"] = hash_token(issued)
 
-    with transaction.atomic():
+    with _atomic():
         rows = Execution.objects.filter(pk=execution.pk, status=source)
         expected_hash = hash_token(token) if token is not None else fence
         if expected_hash is not None:
@@ -133,20 +143,72 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
     if target == OperationState.SENDING:
         updates["attempt"] = operation.attempt + 1
 
-    with transaction.atomic():
+    with _atomic():
         changed = Operation.objects.filter(pk=operation.pk, state=source, attempt=operation.attempt).update(**updates)
         if changed != 1:
             _refuse_operation(operation, source, target)
-        Event.objects.create(
-            execution_id=operation.execution_id,
-            operation=operation.name,
-            type=OPERATION_EVENT_BY_TARGET[target],
-            message=message or f"{source} -> {target}",
-            data={"from": source.value, "to": target.value, "attempt": updates.get("attempt", operation.attempt), **(data or {})},
-        )
+        _operation_event(operation, source, target, updates.get("attempt", operation.attempt), message, data).save()
         for name, value in updates.items():
             setattr(operation, name, value)
     return operation
+
+
+def operations_transition(operations, target, *, message="", data=None) -> list:
+    """Move many operations to ``target`` at once, each from the state (and attempt) it was read
+    in, with one event each: the same rules as :func:`operation_transition` in three statements
+    (lock the rows, update them, insert the events) instead of two per operation.
+
+    Those no longer in the state or attempt they were read in (another writer won) are left out,
+    unchanged; returns the operations that moved, updated in place.
+    """
+    operations = list(operations)
+    target = OperationState(target)
+    for operation in operations:
+        source = OperationState(operation.state)
+        if target not in OPERATION_TRANSITIONS[source]:
+            raise InvalidTransition("operation", operation.pk, source, target, source)
+    if len(operations) == 1:
+        try:
+            return [operation_transition(operations[0], target, message=message, data=data)]
+        except TransitionRefused:
+            return []
+    if not operations:
+        return []
+
+    now = timezone.now()
+    with _atomic():
+        # Lock only the rows still in a state they may move from: a row another writer moved on
+        # is not waited for nor held (an agent recording its result may need it).
+        current = {pk: (state, attempt) for pk, state, attempt in
+                   Operation.objects.select_for_update(no_key=True)
+                   .filter(pk__in=[op.pk for op in operations], state__in={op.state for op in operations})
+                   .values_list("pk", "state", "attempt").order_by()}
+        moving = [op for op in operations if current.get(op.pk) == (op.state, op.attempt)]
+        if not moving:
+            return []
+        updates = {"state": target, OPERATION_STATE_TIMESTAMP[target]: now}
+        if target == OperationState.SENDING:
+            updates["attempt"] = F("attempt") + 1
+        Operation.objects.filter(pk__in=[op.pk for op in moving]).update(**updates)
+        events = []
+        for operation in moving:
+            source = OperationState(operation.state)
+            attempt = operation.attempt + 1 if target == OperationState.SENDING else operation.attempt
+            events.append(_operation_event(operation, source, target, attempt, message, data))
+            operation.state, operation.attempt = target, attempt
+            setattr(operation, OPERATION_STATE_TIMESTAMP[target], now)
+        Event.objects.bulk_create(events)
+    return moving
+
+
+def _operation_event(operation, source, target, attempt, message, data):
+    return Event(
+        execution_id=operation.execution_id,
+        operation=operation.name,
+        type=OPERATION_EVENT_BY_TARGET[target],
+        message=message or f"{source} -> {target}",
+        data={"from": source.value, "to": target.value, "attempt": attempt, **(data or {})},
+    )
 
 
 def _refuse_operation(operation, source, target):

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 def advance(execution_id):
     with transaction.atomic():
-        execution = Execution.objects.select_for_update().filter(pk=execution_id).first()
+        execution = Execution.objects.select_for_update(no_key=True).filter(pk=execution_id).first()
         if execution is None:
             logger.warning("advance: execution %s does not exist", execution_id)
             return

@@ -4,14 +4,17 @@ workflow function must run again.
 
 A result is recorded under the execution's row lock, so that the count of dependencies and
 the decision "nothing left in flight: wake the workflow" cannot race with another completion
-or with a dispatcher adding steps.
+or with a dispatcher adding steps. The lock is ``FOR NO KEY UPDATE``: it does not block the
+``KEY SHARE`` lock that inserting an event (its foreign key) takes on the execution's row, so
+a transaction that writes an operation's state and event never waits for it while holding the
+operation's row.
 """
 
 import logging
 from datetime import timedelta
 
-from django.db import transaction
-from django.db.models import Count, F, OuterRef, Subquery
+from django.db import connection, transaction
+from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -25,7 +28,7 @@ from workflows_app.states import (
     FailureMode,
     OperationState,
 )
-from workflows_app.transitions import operation_transition, record_event
+from workflows_app.transitions import operation_transition, operations_transition, record_event
 
 logger = logging.getLogger(__name__)
 
@@ -47,17 +50,25 @@ def allows_new_calls(execution) -> bool:
 
 def send(operation):
     """pending/rescheduled -> sending, and the message after commit."""
-    operation_transition(operation, OperationState.SENDING)
-    transaction.on_commit(lambda: dispatch.send_operation(operation))
+    send_many([operation])
+
+
+def send_many(operations):
+    """pending/rescheduled -> sending for all of ``operations`` at once (one statement each for
+    the rows and their events), and their messages after commit; returns those it moved."""
+    moved = operations_transition(operations, OperationState.SENDING)
+    if moved:
+        transaction.on_commit(lambda: dispatch.send_operations(moved))
+    return moved
 
 
 def send_ready(execution, operations):
-    """Send those of ``operations`` whose dependencies all succeeded, if new calls may start."""
-    if not operations or not allows_new_calls(execution):
-        return
-    for operation in operations:
-        if operation.state == OperationState.PENDING and operation.pending_dependencies == 0:
-            send(operation)
+    """Send those of ``operations`` whose dependencies all succeeded, if new calls may start;
+    returns those sent."""
+    ready = [op for op in operations if op.state == OperationState.PENDING and op.pending_dependencies == 0]
+    if ready and allows_new_calls(execution):
+        return send_many(ready)
+    return []
 
 
 def can_progress(execution) -> bool:
@@ -69,24 +80,61 @@ def can_progress(execution) -> bool:
 
 
 def _lock_execution(execution_id):
-    return Execution.objects.select_for_update().get(pk=execution_id)
+    return Execution.objects.select_for_update(no_key=True).get(pk=execution_id)
+
+
+def _share_lock_execution(execution_id):
+    """The execution's row locked ``FOR SHARE``: completions of one execution do not wait for
+    each other, but each waits for a writer of the execution (a dispatcher storing steps and
+    their dependencies, a status change), and a writer waits for them. (SQLite serializes
+    every writer anyway.)"""
+    if connection.vendor != "postgresql":
+        return _lock_execution(execution_id)
+    q = connection.ops.quote_name
+    table, pk = q(Execution._meta.db_table), q(Execution._meta.pk.column)
+    return list(Execution.objects.raw(f"SELECT * FROM {table} WHERE {pk} = %s FOR SHARE", [execution_id]))[0]
 
 
 def record_success(operation, attempt, result):
-    """Record an attempt's result; count down its dependents; send those now ready."""
+    """Record an attempt's result; count down its dependents; send those now ready; wake the
+    workflow if it waits on this step, or if its graph has nothing left in flight."""
     with transaction.atomic():
-        execution = _lock_execution(operation.execution_id)
+        execution = _share_lock_execution(operation.execution_id)
         try:
             operation_transition(operation, OperationState.SUCCEEDED, attempt=attempt, result=result, error=None)
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"result": result})
-        dependent_ids = OperationDependency.objects.filter(depends_on_id=operation.pk).values("operation_id")
-        Operation.objects.filter(pk__in=dependent_ids).update(pending_dependencies=F("pending_dependencies") - 1)
-        ready = list(Operation.objects.filter(pk__in=dependent_ids, state=OperationState.PENDING, pending_dependencies=0))
-        send_ready(execution, ready)
-        if operation.awaited or not can_progress(execution):
+        ready_ids = _count_down_dependents(operation)
+        sent = send_ready(execution, list(Operation.objects.filter(pk__in=ready_ids))) if ready_ids else []
+        if operation.awaited:
             transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        elif not sent:  # what it just sent is in flight: the graph is not idle
+            transaction.on_commit(lambda: _wake_if_idle(execution))
     return True
+
+
+def _wake_if_idle(execution):
+    """After a commit, in a fresh snapshot: of two last completions, each commits before it
+    looks, so the later one to look sees both and wakes the workflow (both may: an advance with
+    nothing to do is harmless)."""
+    if not can_progress(execution):
+        dispatch.send_advance(execution.pk)
+
+
+def _count_down_dependents(operation):
+    """One dependency fewer for each operation that depends on ``operation``; returns the ids of
+    those now ready (pending, nothing left to wait for). One statement: most operations have no
+    dependents, and this is on the path of every completion."""
+    op, dep = Operation._meta, OperationDependency._meta
+    q = connection.ops.quote_name
+    table, pk, count, state = q(op.db_table), q(op.pk.column), q(op.get_field("pending_dependencies").column), q(op.get_field("state").column)
+    sql = (f"UPDATE {table} SET {count} = {count} - 1 WHERE {pk} IN "
+           f"(SELECT {q(dep.get_field('operation').column)} FROM {q(dep.db_table)} WHERE {q(dep.get_field('depends_on').column)} = %s) "
+           f"RETURNING {pk}, {count}, {state}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [op.pk.get_db_prep_value(operation.pk, connection)])
+        rows = cursor.fetchall()
+    return [pk_value for pk_value, remaining, current in rows if remaining == 0 and current == OperationState.PENDING]
 
 
 def record_failure(operation, attempt, error, *, retryable, retry_after=None, stop_process=False):

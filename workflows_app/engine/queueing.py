@@ -27,7 +27,7 @@ def active_of(deployment_id):
 def start_next_queued(deployment_id):
     """Start the oldest queued execution of ``deployment_id`` if nothing holds it."""
     with transaction.atomic():
-        queued = list(Execution.objects.select_for_update()
+        queued = list(Execution.objects.select_for_update(no_key=True)
                       .filter(deployment_id=deployment_id, status=ExecutionStatus.QUEUED).order_by("created_at")[:1])
         if not queued or active_of(deployment_id) is not None:
             return None

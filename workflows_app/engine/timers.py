@@ -89,14 +89,24 @@ def resend_stuck_messages(now):
     operation stuck in ``sending`` (same attempt: the agent drops a duplicate), and a started
     execution that nothing in flight will ever wake."""
     stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
-    for pk in Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale).values_list("pk", flat=True):
-        dispatch.send_advance(pk)
     for operation in Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale):
         dispatch.send_operation(operation)
+    unstarted = list(Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale).values_list("pk", flat=True))
     # One that only waits for an event or a timer is moved by the event's advance or the tick.
-    for execution in Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale).exclude(waits.only_waiting(stale)):
-        if not progress.can_progress(execution):
-            dispatch.send_advance(execution.pk)
+    idle = [execution.pk for execution in
+            Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale).exclude(waits.only_waiting(stale))
+            if not progress.can_progress(execution)]
+    # A backlog (10,000 starts at once) is not a loss: while at least as many messages wait in
+    # the management queue as there are executions to wake, their wake-ups are queued there, and
+    # sending them again would only make the backlog longer.
+    backlog = dispatch.waiting_messages(workflows_settings.MANAGEMENT_QUEUE)
+    if unstarted or idle:
+        if backlog is not None and backlog >= len(unstarted) + len(idle):
+            logger.info("%s executions wait for a manager behind %s queued messages: not sent again",
+                        len(unstarted) + len(idle), backlog)
+        else:
+            for pk in unstarted + idle:
+                dispatch.send_advance(pk)
     queueing.start_every_free_deployment()
     # A stopping execution that no running operation will ever wake (or whose stop was cut short).
     for pk in Execution.objects.filter(status__in=EXECUTION_CANCELLING).values_list("pk", flat=True):
