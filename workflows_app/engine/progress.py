@@ -104,11 +104,16 @@ def record_success(operation, attempt, result):
             operation_transition(operation, OperationState.SUCCEEDED, attempt=attempt, result=result, error=None)
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"result": result})
-        ready_ids = _count_down_dependents(operation)
+        ready_ids, still_waiting = _count_down_dependents(operation)
         sent = send_ready(execution, list(Operation.objects.filter(pk__in=ready_ids))) if ready_ids else []
         if operation.awaited:
             transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
-        elif not sent:  # what it just sent is in flight: the graph is not idle
+        elif not sent and not (still_waiting and execution.failure_mode != FailureMode.CONTINUE_WHILE_POSSIBLE):
+            # Not idle when it just sent something, nor when a dependent still waits for another
+            # dependency: that one is in flight, due for a retry, or failed — and outside
+            # continue_while_possible a failure wakes the workflow itself, which cancels every
+            # pending operation. (In continue_while_possible a failed dependency never counts
+            # down: its dependents wait for good, and only the idle check can wake the workflow.)
             transaction.on_commit(lambda: _wake_if_idle(execution))
     return True
 
@@ -123,7 +128,8 @@ def _wake_if_idle(execution):
 
 def _count_down_dependents(operation):
     """One dependency fewer for each operation that depends on ``operation``; returns the ids of
-    those now ready (pending, nothing left to wait for). One statement: most operations have no
+    those now ready (pending, nothing left to wait for), and whether one is still pending with
+    dependencies left. One statement: most operations have no
     dependents, and this is on the path of every completion."""
     op, dep = Operation._meta, OperationDependency._meta
     q = connection.ops.quote_name
@@ -134,7 +140,9 @@ def _count_down_dependents(operation):
     with connection.cursor() as cursor:
         cursor.execute(sql, [op.pk.get_db_prep_value(operation.pk, connection)])
         rows = cursor.fetchall()
-    return [pk_value for pk_value, remaining, current in rows if remaining == 0 and current == OperationState.PENDING]
+    ready = [pk_value for pk_value, remaining, current in rows if remaining == 0 and current == OperationState.PENDING]
+    still_waiting = any(remaining > 0 and current == OperationState.PENDING for _, remaining, current in rows)
+    return ready, still_waiting
 
 
 def record_failure(operation, attempt, error, *, retryable, retry_after=None, stop_process=False):

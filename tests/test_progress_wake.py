@@ -1,0 +1,69 @@
+"""When a completion wakes the workflow of a graph (``progress.record_success``): it must wake it
+whenever nothing can move the graph any more, and may leave it asleep only when something
+still will. On the database; the wake-up messages are recorded instead of sent."""
+
+import pytest
+
+from workflows_app import dispatch
+from workflows_app.engine import progress
+from workflows_app.models import OperationDependency
+from workflows_app.states import FailureMode, OperationState
+
+
+@pytest.fixture
+def woken(monkeypatch):
+    sent = []
+    monkeypatch.setattr(dispatch, "send_advance", lambda pk: sent.append(str(pk)))
+    monkeypatch.setattr(dispatch, "send_operations", lambda ops: None)
+    return sent
+
+
+def fan_in(make_execution, make_operation, mode, other_state):
+    """Members ``m1`` (in ``other_state``) and ``m2`` (started) and ``join`` after both; graph
+    steps (not awaited by the workflow function)."""
+    execution = make_execution(failure_mode=mode)
+    m1 = make_operation(other_state, execution, name="m1", attempt=1, awaited=False)
+    m2 = make_operation(OperationState.STARTED, execution, name="m2", attempt=1, awaited=False)
+    remaining = 1 if other_state != OperationState.SUCCEEDED else 0
+    join = make_operation(OperationState.PENDING, execution, name="join", awaited=False, pending_dependencies=remaining + 1)
+    OperationDependency.objects.bulk_create([OperationDependency(operation=join, depends_on=m1),
+                                             OperationDependency(operation=join, depends_on=m2)])
+    return execution, m2
+
+
+def test_a_member_whose_join_still_waits_for_a_running_one_does_not_wake_the_workflow(
+        make_execution, make_operation, woken, django_capture_on_commit_callbacks):
+    execution, m2 = fan_in(make_execution, make_operation, FailureMode.NO_NEW_CALLS, OperationState.STARTED)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert progress.record_success(m2, 1, "r2")
+    assert woken == []
+
+
+def test_in_continue_while_possible_a_join_that_waits_for_a_failed_member_wakes_the_workflow(
+        make_execution, make_operation, woken, django_capture_on_commit_callbacks):
+    """The failed member never counts down: the join waits for good, and nothing else is in
+    flight: the last completion must wake the workflow, or the execution hangs."""
+    execution, m2 = fan_in(make_execution, make_operation, FailureMode.CONTINUE_WHILE_POSSIBLE, OperationState.FAILED)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert progress.record_success(m2, 1, "r2")
+    assert woken == [str(execution.pk)]
+
+
+def test_the_last_member_sends_the_join_and_does_not_wake_the_workflow(
+        make_execution, make_operation, woken, django_capture_on_commit_callbacks):
+    execution, m2 = fan_in(make_execution, make_operation, FailureMode.NO_NEW_CALLS, OperationState.SUCCEEDED)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert progress.record_success(m2, 1, "r2")
+    join = execution.operations.get(name="join")
+    assert (join.state, join.pending_dependencies) == (OperationState.SENDING, 0)
+    assert woken == []
+
+
+def test_a_leaf_that_ends_the_graph_wakes_the_workflow(make_execution, make_operation, woken,
+                                                      django_capture_on_commit_callbacks):
+    execution = make_execution()
+    make_operation(OperationState.SUCCEEDED, execution, name="a", attempt=1, awaited=False)
+    last = make_operation(OperationState.STARTED, execution, name="b", attempt=1, awaited=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert progress.record_success(last, 1, None)
+    assert woken == [str(execution.pk)]
