@@ -37,7 +37,7 @@ def outbox(monkeypatch):
     """What would have gone to the broker: ``outbox["advance"]``, ``["revoke"]``, ``["kill"]``."""
     sent = {"advance": [], "operation": [], "revoke": [], "kill": []}
     monkeypatch.setattr(dispatch, "send_advance", lambda pk: sent["advance"].append(str(pk)))
-    monkeypatch.setattr(dispatch, "send_operation", lambda op: sent["operation"].append(op.name))
+    monkeypatch.setattr(dispatch, "send_operations", lambda ops: sent["operation"].extend(op.name for op in ops))
     monkeypatch.setattr(dispatch, "revoke", lambda ids, terminate=False: sent["revoke"].append((list(ids), terminate)))
     monkeypatch.setattr(dispatch, "broadcast_kill",
                         lambda pk, attempts=(), dispatcher=False: sent["kill"].append([(str(a), n) for a, n in attempts]))

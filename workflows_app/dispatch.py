@@ -32,15 +32,10 @@ def send_advance(execution_id):
 SENT_BATCH = 50
 
 
-def send_operation(operation):
-    """Send the current attempt of an operation in ``sending`` to its agent's queue, then
-    record it ``sent`` (unless the agent got there first and already started it)."""
-    send_operations([operation])
-
-
 def send_operations(operations):
-    """:func:`send_operation` for many operations: one producer (one broker connection) for all
-    the messages, and their ``sent`` states written a batch at a time."""
+    """Send the current attempt of each operation to its agent's queue, then record those still
+    ``sending`` as ``sent`` (not one the agent or a cancel already moved on): one producer (one
+    broker connection) for all the messages, the ``sent`` states written a batch at a time."""
     from workflows_app.transitions import operations_transition
 
     app = _app()

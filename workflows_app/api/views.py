@@ -231,18 +231,15 @@ class ExecutionEvents(ExecutionLookupMixin, generics.GenericAPIView):
             e409="`execution_not_active`: the execution has ended")},
     )
     def post(self, request, *args, **kwargs):
-        execution = self.get_execution(Execution.objects.only("id", "status"))
+        execution = self.get_execution(Execution.objects.only("id"))
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         name, payload = serializer.validated_data["name"], serializer.validated_data.get("payload")
-        if execution.is_terminal:
-            raise errors.ExecutionNotActive(
-                f"execution {execution.pk} is {execution.status}: it takes no more events")
         try:
             event = services.send_event(execution.pk, name, payload)
         except domain.ParameterError as exc:
             raise errors.InvalidParameters(str(exc)) from None
-        except domain.ActionRefused as exc:  # it ended since it was read
+        except domain.ActionRefused as exc:  # the service's check: the execution has ended
             raise errors.ExecutionNotActive(str(exc)) from None
         return Response(EventSerializer(event).data, status=status.HTTP_202_ACCEPTED)
 

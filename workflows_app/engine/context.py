@@ -211,6 +211,8 @@ class WorkflowContext:
         self._operations = {op.name: op for op in operations}
         self._canvas_calls = 0
         self._payload_changed = False
+        self._waits = None  # key -> Wait, read on the first wait call (a workflow that never waits reads none)
+        self._wait_calls = {}  # prefix -> how many waits of that prefix this replay reached
 
     # --- what the workflow reads ---------------------------------------------------------
     @property
@@ -382,15 +384,13 @@ class WorkflowContext:
         """The stored wait this call is on every replay (``<prefix>#<k>``, the k-th such call),
         stored when first reached; settled now if it can be. The waits are read once per
         replay, on the first call: a workflow that never waits costs no query."""
-        book = self.__dict__.get("_wait_book")
-        if book is None:
-            book = self._wait_book = {"rows": {w.key: w for w in Wait.objects.filter(execution_id=self._execution.pk)},
-                                      "calls": {}}
-        count = book["calls"][prefix] = book["calls"].get(prefix, 0) + 1
+        if self._waits is None:
+            self._waits = {w.key: w for w in Wait.objects.filter(execution_id=self._execution.pk)}
+        count = self._wait_calls[prefix] = self._wait_calls.get(prefix, 0) + 1
         key = f"{prefix}#{count}"
-        wait = book["rows"].get(key)
+        wait = self._waits.get(key)
         if wait is None:
-            wait = book["rows"][key] = waits.open_wait(self._execution, key, kind, name, timeout)
+            wait = self._waits[key] = waits.open_wait(self._execution, key, kind, name, timeout)
         return WaitHandle(self, waits.settle(wait))
 
     def _cancel_operation(self, operation, message):

@@ -68,11 +68,9 @@ def resend_in_flight() -> int:
     """Send every ``sending`` or ``sent`` operation of a started execution again, same attempt."""
     in_flight = Operation.objects.filter(state__in=[OperationState.SENDING, OperationState.SENT],
                                          execution__status=ExecutionStatus.STARTED)
-    count = 0
-    for operation in in_flight.iterator():
-        dispatch.send_operation(operation)
-        count += 1
-    return count
+    operations = list(in_flight)
+    dispatch.send_operations(operations)
+    return len(operations)
 
 
 def ask_workers(timeout=REPLY_SECONDS) -> dict:

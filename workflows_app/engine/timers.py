@@ -89,8 +89,7 @@ def resend_stuck_messages(now):
     operation stuck in ``sending`` (same attempt: the agent drops a duplicate), and a started
     execution that nothing in flight will ever wake."""
     stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
-    for operation in Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale):
-        dispatch.send_operation(operation)
+    dispatch.send_operations(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
     unstarted = list(Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale).values_list("pk", flat=True))
     # One that only waits for an event or a timer is moved by the event's advance or the tick.
     idle = [execution.pk for execution in
