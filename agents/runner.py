@@ -25,7 +25,7 @@ from workflows_app.errors import NonRecoverableError, OperationCancelled, Recove
 from workflows_app.models import Execution, Operation
 from workflows_app.registry import get_operation
 from workflows_app.states import EXECUTION_CANCELLING, EventType, ExecutionStatus, OperationState
-from workflows_app.transitions import operation_transition, record_event
+from workflows_app.transitions import claim_operation, operation_transition, record_event
 
 logger = logging.getLogger(__name__)
 
@@ -62,18 +62,28 @@ class OperationContext:
 
 @shared_task(name=RUNNER_TASK, ignore_result=True)
 def run_operation(operation_id, attempt):
-    operation = Operation.objects.select_related("execution").filter(pk=operation_id).first()
-    if operation is None:
-        logger.warning("operation %s does not exist: message dropped", operation_id)
-        return
-    if not _claim(operation, attempt):
-        return
+    # The common case in one statement: the attempt is current, sent, its execution started.
+    operation = claim_operation(operation_id, attempt, incarnation=local.incarnation(), data=_claim_data())
+    if operation is not None:
+        dry_run = operation.dry_run
+    else:  # anything else: load it, and start it or say why not
+        operation = Operation.objects.select_related("execution").filter(pk=operation_id).first()
+        if operation is None:
+            logger.warning("operation %s does not exist: message dropped", operation_id)
+            return
+        if not _claim(operation, attempt):
+            return
+        dry_run = operation.execution.is_dry_run
     key = local.attempt_key(operation.pk, attempt)
     local.mark_running(key)
     try:
-        _run(operation, attempt)
+        _run(operation, attempt, dry_run)
     finally:
         local.mark_done(key)
+
+
+def _claim_data():
+    return {"agent": local.name(), "incarnation": local.incarnation(), "pid": os.getpid()}
 
 
 def _drop(operation, attempt, why):
@@ -106,13 +116,13 @@ def _claim(operation, attempt) -> bool:
                 return _drop(operation, attempt, f"it is {operation.state} (attempt {operation.attempt}) now")
     try:
         operation_transition(operation, OperationState.STARTED, attempt=attempt, incarnation=local.incarnation(),
-                             data={"agent": local.name(), "incarnation": local.incarnation(), "pid": os.getpid()})
+                             data=_claim_data())
     except TransitionRefused as refused:
         return _drop(operation, attempt, str(refused))
     return True
 
 
-def _run(operation, attempt):
+def _run(operation, attempt, dry_run):
     try:
         definition = get_operation(operation.operation)
     except RegistrationError as exc:
@@ -122,7 +132,7 @@ def _run(operation, attempt):
         results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
                        .values_list("name", "result"))
         args.insert(0, resolve(operation.input, results))
-    if operation.execution.is_dry_run:
+    if dry_run:
         return _report(progress.record_success, operation, attempt, None)
     try:
         result = definition.func(OperationContext(operation), *args, **operation.kwargs)

@@ -13,6 +13,7 @@ Every change goes through :func:`execution_transition` or :func:`operation_trans
 Nothing else assigns ``status`` or ``state``.
 """
 
+import json
 import logging
 from contextlib import nullcontext
 
@@ -144,17 +145,17 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
         updates["attempt"] = operation.attempt + 1
 
     event = _operation_event(operation, source, target, updates.get("attempt", operation.attempt), message, data)
-    with _atomic():
-        if connection.vendor == "postgresql":
-            changed = _update_with_event(operation, source, updates, event)
-        else:
+    if connection.vendor == "postgresql":
+        changed = _update_with_event(operation, source, updates, event)  # one statement: atomic by itself
+    else:
+        with _atomic():
             changed = Operation.objects.filter(pk=operation.pk, state=source, attempt=operation.attempt).update(**updates)
             if changed == 1:
                 event.save()
-        if changed != 1:
-            _refuse_operation(operation, source, target)
-        for name, value in updates.items():
-            setattr(operation, name, value)
+    if changed != 1:
+        _refuse_operation(operation, source, target)
+    for name, value in updates.items():
+        setattr(operation, name, value)
     return operation
 
 
@@ -187,6 +188,54 @@ def _update_with_event(operation, source, updates, event) -> int:
         return 0
     event.pk = row[0]
     return 1
+
+
+def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
+    """PostgreSQL: an agent's claim of an attempt in one statement — ``sent`` (or ``sending``:
+    the message overtook its sender's write of ``sent``) -> ``started``, only while the attempt
+    is current and its execution is ``started``, with its event (and the ``sent`` one it skipped).
+    Returns the operation, loaded by that statement, with ``dry_run`` (its execution's
+    ``is_dry_run``); ``None`` when it did not move (or on another database): the caller then
+    loads the operation and finds out why (``agents.runner``)."""
+    if connection.vendor != "postgresql":
+        return None
+    assert OperationState.STARTED in OPERATION_TRANSITIONS[OperationState.SENT]
+    assert OperationState.SENT in OPERATION_TRANSITIONS[OperationState.SENDING]
+    q = connection.ops.quote_name
+    op_meta, ex_meta, event_meta = Operation._meta, Execution._meta, Event._meta
+    column = lambda meta, name: q(meta.get_field(name).column)  # noqa: E731
+    table, pk, state = q(op_meta.db_table), column(op_meta, "id"), column(op_meta, "state")
+    sent, started = OperationState.SENT, OperationState.STARTED
+    now = timezone.now()
+    event_columns = ", ".join(column(event_meta, name) for name in ("execution", "operation", "type", "message", "data", "timestamp"))
+    sent_event = {"from": OperationState.SENDING.value, "to": sent.value, "attempt": attempt}
+    started_event = {"from": sent.value, "to": started.value, "attempt": attempt, **(data or {})}
+    sql = (
+        f"WITH old AS (SELECT o.{pk}, o.{state} AS was, e.{column(ex_meta, 'is_dry_run')} AS dry_run "
+        f"FROM {table} o JOIN {q(ex_meta.db_table)} e ON e.{column(ex_meta, 'id')} = o.{column(op_meta, 'execution')} "
+        f"WHERE o.{pk} = %s AND o.{column(op_meta, 'attempt')} = %s AND o.{state} IN (%s, %s) "
+        f"AND e.{column(ex_meta, 'status')} = %s FOR UPDATE OF o), "
+        f"moved AS (UPDATE {table} SET {state} = %s, {column(op_meta, 'started_at')} = %s, "
+        f"{column(op_meta, 'incarnation')} = %s, {column(op_meta, 'sent_at')} = "
+        f"CASE WHEN old.was = %s THEN %s ELSE {table}.{column(op_meta, 'sent_at')} END "
+        f"FROM old WHERE {table}.{pk} = old.{pk} RETURNING {table}.*, old.was, old.dry_run), "
+        f"events AS (INSERT INTO {q(event_meta.db_table)} ({event_columns}) "
+        f"SELECT moved.{column(op_meta, 'execution')}, moved.{column(op_meta, 'name')}, e.type, e.message, e.data::jsonb, %s "
+        f"FROM moved, (VALUES (1, %s, %s, %s), (2, %s, %s, %s)) AS e(k, type, message, data) "
+        f"WHERE e.k = 2 OR moved.was = %s ORDER BY e.k) "
+        f"SELECT * FROM moved"
+    )
+    params = [
+        op_meta.pk.get_db_prep_value(operation_id, connection), attempt, OperationState.SENDING.value, sent.value,
+        ExecutionStatus.STARTED.value,
+        started.value, now, incarnation, OperationState.SENDING.value, now,
+        now,
+        OPERATION_EVENT_BY_TARGET[sent].value, f"{OperationState.SENDING} -> {sent}", json.dumps(sent_event),
+        OPERATION_EVENT_BY_TARGET[started].value, f"{sent} -> {started}", json.dumps(started_event),
+        OperationState.SENDING.value,
+    ]
+    moved = list(Operation.objects.raw(sql, params))
+    return moved[0] if moved else None
 
 
 def operations_transition(operations, target, *, message="", data=None) -> list:

@@ -72,11 +72,25 @@ def send_ready(execution, operations):
 
 
 def can_progress(execution) -> bool:
-    """Something of the execution is in flight, waits for a retry, or may be sent now."""
-    ops = Operation.objects.filter(execution_id=execution.pk)
-    if ops.filter(state__in=IN_FLIGHT_OR_WAITING).exists():
+    """Something of the execution is in flight, waits for a retry, or may be sent now. One
+    query (three lookups on the execution-and-state index): a completion asks it every time."""
+    meta = Operation._meta
+    q = connection.ops.quote_name
+    table, of_execution, state = q(meta.db_table), q(meta.get_field("execution").column), q(meta.get_field("state").column)
+    exists = f"EXISTS (SELECT 1 FROM {table} WHERE {of_execution} = %s AND {state} IN ({{}}){{}})"
+    waiting = ", ".join(["%s"] * len(IN_FLIGHT_OR_WAITING))
+    pk = meta.get_field("execution").get_db_prep_value(execution.pk, connection)
+    sql = (f"SELECT {exists.format(waiting, '')}, "
+           f"{exists.format('%s', ' AND ' + q(meta.get_field('pending_dependencies').column) + ' = 0')}, "
+           f"{exists.format('%s', '')}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [pk, *IN_FLIGHT_OR_WAITING, pk, OperationState.PENDING, pk, OperationState.FAILED])
+        in_flight, ready, failed = cursor.fetchone()
+    if in_flight:
         return True
-    return allows_new_calls(execution) and ops.filter(state=OperationState.PENDING, pending_dependencies=0).exists()
+    may_call = execution.status == ExecutionStatus.STARTED and (
+        execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE or not failed)
+    return bool(ready) and may_call
 
 
 def _lock_execution(execution_id):
@@ -91,8 +105,11 @@ def _share_lock_execution(execution_id):
     if connection.vendor != "postgresql":
         return _lock_execution(execution_id)
     q = connection.ops.quote_name
-    table, pk = q(Execution._meta.db_table), q(Execution._meta.pk.column)
-    return list(Execution.objects.raw(f"SELECT * FROM {table} WHERE {pk} = %s FOR SHARE", [execution_id]))[0]
+    meta = Execution._meta
+    columns = ", ".join(q(meta.get_field(name).column) for name in ("id", "status", "failure_mode"))
+    # Only what a completion reads (the rest is deferred: the payload may be large).
+    return list(Execution.objects.raw(f"SELECT {columns} FROM {q(meta.db_table)} WHERE {q(meta.pk.column)} = %s FOR SHARE",
+                                      [execution_id]))[0]
 
 
 def record_success(operation, attempt, result):
@@ -104,8 +121,8 @@ def record_success(operation, attempt, result):
             operation_transition(operation, OperationState.SUCCEEDED, attempt=attempt, result=result, error=None)
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"result": result})
-        ready_ids, still_waiting = _count_down_dependents(operation)
-        sent = send_ready(execution, list(Operation.objects.filter(pk__in=ready_ids))) if ready_ids else []
+        ready, still_waiting = _count_down_dependents(operation)
+        sent = send_ready(execution, ready) if ready else []
         if operation.awaited:
             transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
         elif not sent and not (still_waiting and execution.failure_mode != FailureMode.CONTINUE_WHILE_POSSIBLE):
@@ -127,21 +144,19 @@ def _wake_if_idle(execution):
 
 
 def _count_down_dependents(operation):
-    """One dependency fewer for each operation that depends on ``operation``; returns the ids of
-    those now ready (pending, nothing left to wait for), and whether one is still pending with
-    dependencies left. One statement: most operations have no
-    dependents, and this is on the path of every completion."""
+    """One dependency fewer for each operation that depends on ``operation``; returns those now
+    ready (pending, nothing left to wait for), loaded, and whether one is still pending with
+    dependencies left. One statement: most operations have no dependents, and this is on the
+    path of every completion (in a chain, it also loads the next step)."""
     op, dep = Operation._meta, OperationDependency._meta
     q = connection.ops.quote_name
-    table, pk, count, state = q(op.db_table), q(op.pk.column), q(op.get_field("pending_dependencies").column), q(op.get_field("state").column)
+    table, pk, count = q(op.db_table), q(op.pk.column), q(op.get_field("pending_dependencies").column)
     sql = (f"UPDATE {table} SET {count} = {count} - 1 WHERE {pk} IN "
            f"(SELECT {q(dep.get_field('operation').column)} FROM {q(dep.db_table)} WHERE {q(dep.get_field('depends_on').column)} = %s) "
-           f"RETURNING {pk}, {count}, {state}")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [op.pk.get_db_prep_value(operation.pk, connection)])
-        rows = cursor.fetchall()
-    ready = [pk_value for pk_value, remaining, current in rows if remaining == 0 and current == OperationState.PENDING]
-    still_waiting = any(remaining > 0 and current == OperationState.PENDING for _, remaining, current in rows)
+           f"RETURNING *")
+    dependents = list(Operation.objects.raw(sql, [op.pk.get_db_prep_value(operation.pk, connection)]))
+    ready = [o for o in dependents if o.pending_dependencies == 0 and o.state == OperationState.PENDING]
+    still_waiting = any(o.pending_dependencies > 0 and o.state == OperationState.PENDING for o in dependents)
     return ready, still_waiting
 
 
