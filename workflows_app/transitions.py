@@ -13,6 +13,7 @@ Every change goes through :func:`execution_transition` or :func:`operation_trans
 Nothing else assigns ``status`` or ``state``.
 """
 
+import functools
 import json
 import logging
 from contextlib import nullcontext
@@ -199,18 +200,37 @@ def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
     loads the operation and finds out why (``agents.runner``)."""
     if connection.vendor != "postgresql":
         return None
+    sent, started = OperationState.SENT, OperationState.STARTED
+    now = timezone.now()
+    sent_event = {"from": OperationState.SENDING.value, "to": sent.value, "attempt": attempt}
+    started_event = {"from": sent.value, "to": started.value, "attempt": attempt, **(data or {})}
+    params = [
+        Operation._meta.pk.get_db_prep_value(operation_id, connection), attempt, OperationState.SENDING.value, sent.value,
+        ExecutionStatus.STARTED.value,
+        started.value, now, incarnation, OperationState.SENDING.value, now,
+        now,
+        OPERATION_EVENT_BY_TARGET[sent].value, f"{OperationState.SENDING} -> {sent}", json.dumps(sent_event),
+        OPERATION_EVENT_BY_TARGET[started].value, f"{sent} -> {started}", json.dumps(started_event),
+        OperationState.SENDING.value,
+    ]
+    moved = list(Operation.objects.raw(_claim_sql(), params))
+    return moved[0] if moved else None
+
+
+@functools.cache
+def _claim_sql():
+    """The claim's statement (PostgreSQL), built once per process: it is on every operation's path."""
     assert OperationState.STARTED in OPERATION_TRANSITIONS[OperationState.SENT]
     assert OperationState.SENT in OPERATION_TRANSITIONS[OperationState.SENDING]
     q = connection.ops.quote_name
     op_meta, ex_meta, event_meta = Operation._meta, Execution._meta, Event._meta
-    column = lambda meta, name: q(meta.get_field(name).column)  # noqa: E731
+
+    def column(meta, name):
+        return q(meta.get_field(name).column)
+
     table, pk, state = q(op_meta.db_table), column(op_meta, "id"), column(op_meta, "state")
-    sent, started = OperationState.SENT, OperationState.STARTED
-    now = timezone.now()
     event_columns = ", ".join(column(event_meta, name) for name in ("execution", "operation", "type", "message", "data", "timestamp"))
-    sent_event = {"from": OperationState.SENDING.value, "to": sent.value, "attempt": attempt}
-    started_event = {"from": sent.value, "to": started.value, "attempt": attempt, **(data or {})}
-    sql = (
+    return (
         f"WITH old AS (SELECT o.{pk}, o.{state} AS was, e.{column(ex_meta, 'is_dry_run')} AS dry_run "
         f"FROM {table} o JOIN {q(ex_meta.db_table)} e ON e.{column(ex_meta, 'id')} = o.{column(op_meta, 'execution')} "
         f"WHERE o.{pk} = %s AND o.{column(op_meta, 'attempt')} = %s AND o.{state} IN (%s, %s) "
@@ -225,17 +245,6 @@ def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
         f"WHERE e.k = 2 OR moved.was = %s ORDER BY e.k) "
         f"SELECT * FROM moved"
     )
-    params = [
-        op_meta.pk.get_db_prep_value(operation_id, connection), attempt, OperationState.SENDING.value, sent.value,
-        ExecutionStatus.STARTED.value,
-        started.value, now, incarnation, OperationState.SENDING.value, now,
-        now,
-        OPERATION_EVENT_BY_TARGET[sent].value, f"{OperationState.SENDING} -> {sent}", json.dumps(sent_event),
-        OPERATION_EVENT_BY_TARGET[started].value, f"{sent} -> {started}", json.dumps(started_event),
-        OperationState.SENDING.value,
-    ]
-    moved = list(Operation.objects.raw(sql, params))
-    return moved[0] if moved else None
 
 
 def operations_transition(operations, target, *, message="", data=None) -> list:

@@ -76,15 +76,21 @@ def can_progress(execution) -> bool:
     query (three lookups on the execution-and-state index): a completion asks it every time."""
     meta = Operation._meta
     q = connection.ops.quote_name
-    table, of_execution, state = q(meta.db_table), q(meta.get_field("execution").column), q(meta.get_field("state").column)
-    exists = f"EXISTS (SELECT 1 FROM {table} WHERE {of_execution} = %s AND {state} IN ({{}}){{}})"
-    waiting = ", ".join(["%s"] * len(IN_FLIGHT_OR_WAITING))
+    column = {name: q(meta.get_field(name).column) for name in ("execution", "state", "pending_dependencies")}
     pk = meta.get_field("execution").get_db_prep_value(execution.pk, connection)
-    sql = (f"SELECT {exists.format(waiting, '')}, "
-           f"{exists.format('%s', ' AND ' + q(meta.get_field('pending_dependencies').column) + ' = 0')}, "
-           f"{exists.format('%s', '')}")
+    lookups, params = [], []
+
+    def exists(states, ready_only=False):
+        lookups.append(f"EXISTS (SELECT 1 FROM {q(meta.db_table)} WHERE {column['execution']} = %s "
+                       f"AND {column['state']} IN ({', '.join(['%s'] * len(states))})"
+                       + (f" AND {column['pending_dependencies']} = 0)" if ready_only else ")"))
+        params.extend([pk, *states])
+
+    exists(IN_FLIGHT_OR_WAITING)
+    exists([OperationState.PENDING], ready_only=True)
+    exists([OperationState.FAILED])
     with connection.cursor() as cursor:
-        cursor.execute(sql, [pk, *IN_FLIGHT_OR_WAITING, pk, OperationState.PENDING, pk, OperationState.FAILED])
+        cursor.execute(f"SELECT {', '.join(lookups)}", params)
         in_flight, ready, failed = cursor.fetchone()
     if in_flight:
         return True
