@@ -2,6 +2,12 @@
 
 Callers run these from ``transaction.on_commit`` so a message never names a row that is not
 committed yet.
+
+Every message says ``ignore_result=True`` itself. ``send_task`` does not read the task's or
+the app's ``ignore_result`` (``task_ignore_result``): left out, the message says ``False``, which
+overrides both in the worker. Each message would then make the sender subscribe to its result
+channel, and the worker store a result in Redis and publish it. The result belongs in the
+database, so neither is needed.
 """
 
 import logging
@@ -24,7 +30,8 @@ def _app():
 
 def send_advance(execution_id):
     """Ask a manager to run the execution's dispatcher (start, wake or finish it)."""
-    _app().send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE)
+    _app().send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
+                     ignore_result=True)
 
 
 #: Messages sent between two writes of their ``sent`` state: an agent that gets a message
@@ -50,6 +57,7 @@ def send_operations(operations):
                     task_id=task_id_for(operation.id, operation.attempt),
                     queue=operation.agent,
                     producer=producer,
+                    ignore_result=True,
                 )
             # Those the agent (or a cancel) already moved on are left out, as they should be.
             operations_transition([op for op in batch if op.state == OperationState.SENDING], OperationState.SENT)

@@ -13,6 +13,7 @@ from tests import workflows as wf
 from tests.integration.harness import assert_operation_events_consistent, describe_execution
 from workflows_app import services
 from workflows_app.models import Event, Operation
+from workflows_app.models.operation import task_id_for
 from workflows_app.states import EXECUTION_TERMINAL, FailureMode
 
 try:
@@ -72,6 +73,16 @@ def event_ids(execution, type) -> dict:
     for name, pk in Event.objects.filter(execution_id=execution.pk, type=type).values_list("operation", "id"):
         ids.setdefault(name, []).append(pk)
     return ids
+
+
+def stored_results(task_ids=None) -> set:
+    """Keys of the Celery result backend (Redis): those of ``task_ids``, or all of them."""
+    from switchyard.celery import app
+
+    backend = app.backend
+    if task_ids is None:
+        return set(backend.client.keys(backend.task_keyprefix + b"*"))
+    return {key for key in map(backend.get_key_for_task, task_ids) if backend.client.exists(key)}
 
 
 def gone(pid) -> bool:
@@ -198,6 +209,7 @@ def test_fan_out_of_200_then_fan_in(stack):
 def test_chain_of_50_runs_in_order(stack):
     n = 50
     s = up(stack)
+    results_before = stored_results()
     execution = services.start("it_chain", {"n": n, "agents": [s.h1, s.h2]})
     done = finish(stack, execution, "completed", timeout=120)
     assert done.payload == {"count": n, "last": n}
@@ -210,6 +222,10 @@ def test_chain_of_50_runs_in_order(stack):
         this, following = f"c{i:02d}", f"c{i + 1:02d}"
         assert max(succeeded[this]) < min(sending[following]) < min(started[following]), \
             f"{following} was sent or started before {this} succeeded"
+    # Results live in the database: neither an operation's message nor the manager's advances
+    # leave one in the result backend (Celery's send_task stores them unless told not to).
+    task_ids = [task_id_for(op.pk, op.attempt) for op in ops.values()]
+    assert stored_results(task_ids) == set() and stored_results() == results_before
     assert_operation_events_consistent(execution)
 
 
