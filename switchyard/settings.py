@@ -112,6 +112,21 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
     # A file, not :memory:, so that the manager and agents a test starts see the test's rows.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-switchyard.sqlite3")}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # psycopg prepares a statement its connection has run this many times, for the engine's
+    # hot-path statements only (workflows_app/db.py; Django's own queries bind on the client and
+    # are never prepared). "none": prepare nothing (a PgBouncer in transaction mode before 1.21).
+    _prepare = os.environ.get("DATABASE_PREPARE_THRESHOLD", "5").strip().lower()
+    if _prepare in ("none", ""):
+        _prepare = None
+    else:
+        try:
+            _prepare = int(_prepare)
+        except ValueError:
+            raise ImproperlyConfigured("DATABASE_PREPARE_THRESHOLD must be a whole number or 'none'") from None
+        if _prepare < 0:
+            raise ImproperlyConfigured("DATABASE_PREPARE_THRESHOLD must be a whole number or 'none'")
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", _prepare)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

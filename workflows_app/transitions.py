@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from workflows_app import db
 from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, TransitionRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.models.execution import hash_token, new_token
@@ -182,7 +183,7 @@ def _update_with_event(operation, source, updates, event) -> int:
            f"WHERE {pk} = %s AND {state} = %s AND {attempt} = %s RETURNING {pk}) "
            f"INSERT INTO {q(event_meta.db_table)} ({', '.join(q(f.column) for f in fields)}) "
            f"SELECT {', '.join(['%s'] * len(fields))} FROM moved RETURNING {q(event_meta.pk.column)}")
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
@@ -213,7 +214,7 @@ def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
         OPERATION_EVENT_BY_TARGET[started].value, f"{sent} -> {started}", json.dumps(started_event),
         OperationState.SENDING.value,
     ]
-    moved = list(Operation.objects.raw(_claim_sql(), params))
+    moved = db.raw(Operation, _claim_sql(), params)
     return moved[0] if moved else None
 
 
@@ -238,7 +239,7 @@ def _claim_sql():
         f"moved AS (UPDATE {table} SET {state} = %s, {column(op_meta, 'started_at')} = %s, "
         f"{column(op_meta, 'incarnation')} = %s, {column(op_meta, 'sent_at')} = "
         f"CASE WHEN old.was = %s THEN %s ELSE {table}.{column(op_meta, 'sent_at')} END "
-        f"FROM old WHERE {table}.{pk} = old.{pk} RETURNING {table}.*, old.was, old.dry_run), "
+        f"FROM old WHERE {table}.{pk} = old.{pk} RETURNING {db.columns(Operation, table)}, old.was, old.dry_run), "
         f"events AS (INSERT INTO {q(event_meta.db_table)} ({event_columns}) "
         f"SELECT moved.{column(op_meta, 'execution')}, moved.{column(op_meta, 'name')}, e.type, e.message, e.data::jsonb, %s "
         f"FROM moved, (VALUES (1, %s, %s, %s), (2, %s, %s, %s)) AS e(k, type, message, data) "

@@ -18,7 +18,7 @@ from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from workflows_app import dispatch
+from workflows_app import db, dispatch
 from workflows_app.errors import TransitionRefused
 from workflows_app.models import Event, Execution, Operation, OperationDependency
 from workflows_app.models.operation import task_id_for
@@ -89,7 +89,7 @@ def can_progress(execution) -> bool:
     exists(IN_FLIGHT_OR_WAITING)
     exists([OperationState.PENDING], ready_only=True)
     exists([OperationState.FAILED])
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(f"SELECT {', '.join(lookups)}", params)
         in_flight, ready, failed = cursor.fetchone()
     if in_flight:
@@ -114,8 +114,8 @@ def _share_lock_execution(execution_id):
     meta = Execution._meta
     columns = ", ".join(q(meta.get_field(name).column) for name in ("id", "status", "failure_mode"))
     # Only what a completion reads (the rest is deferred: the payload may be large).
-    return list(Execution.objects.raw(f"SELECT {columns} FROM {q(meta.db_table)} WHERE {q(meta.pk.column)} = %s FOR SHARE",
-                                      [execution_id]))[0]
+    return db.raw(Execution, f"SELECT {columns} FROM {q(meta.db_table)} WHERE {q(meta.pk.column)} = %s FOR SHARE",
+                  [meta.pk.get_db_prep_value(execution_id, connection)])[0]
 
 
 def record_success(operation, attempt, result):
@@ -159,8 +159,8 @@ def _count_down_dependents(operation):
     table, pk, count = q(op.db_table), q(op.pk.column), q(op.get_field("pending_dependencies").column)
     sql = (f"UPDATE {table} SET {count} = {count} - 1 WHERE {pk} IN "
            f"(SELECT {q(dep.get_field('operation').column)} FROM {q(dep.db_table)} WHERE {q(dep.get_field('depends_on').column)} = %s) "
-           f"RETURNING *")
-    dependents = list(Operation.objects.raw(sql, [op.pk.get_db_prep_value(operation.pk, connection)]))
+           f"RETURNING {db.columns(Operation)}")
+    dependents = db.raw(Operation, sql, [op.pk.get_db_prep_value(operation.pk, connection)])
     ready = [o for o in dependents if o.pending_dependencies == 0 and o.state == OperationState.PENDING]
     still_waiting = any(o.pending_dependencies > 0 and o.state == OperationState.PENDING for o in dependents)
     return ready, still_waiting

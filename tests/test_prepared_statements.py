@@ -1,0 +1,108 @@
+"""The statements every operation runs are prepared on PostgreSQL (``workflows_app/db.py``):
+planned once per connection instead of once per operation. Django's own queries are not, and
+``DATABASE_PREPARE_THRESHOLD=none`` turns preparing off (a connection pooler that cannot keep
+prepared statements)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from agents.runner import run_operation
+from workflows_app import dispatch
+from workflows_app.models import Execution, Operation
+from workflows_app.registry import operation
+from workflows_app.states import OperationState
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = 6  # above the default threshold (5)
+
+#: A piece of each statement on an operation's path, as it appears in its SQL.
+HOT_STATEMENTS = {
+    "claim": "WITH old AS",
+    "transition with its event": "WITH moved AS",
+    "execution lock": "FOR SHARE",
+    "countdown": '"pending_dependencies" - 1',
+    "idle check": "SELECT EXISTS",
+}
+
+
+@operation(name="test_prepared_noop", max_retries=0)
+def noop(ctx):
+    return None
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch):
+    monkeypatch.setattr(dispatch, "send_advance", lambda pk: None)
+    monkeypatch.setattr(dispatch, "send_operations", lambda ops: None)
+
+
+def run_operations(make_execution, make_operation, n=RUNS):
+    execution = make_execution()
+    # Graph steps (not awaited): each completion runs the idle check.
+    ops = [make_operation(OperationState.SENT, execution, name=f"p{i}", operation="test_prepared_noop", attempt=1,
+                          awaited=False) for i in range(n)]
+    for op in ops:
+        run_operation.run(str(op.pk), 1)
+    return ops
+
+
+def prepared():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # the idle check runs once the result commits
+def test_an_operations_statements_are_prepared_and_djangos_are_not(make_execution, make_operation):
+    ops = run_operations(make_execution, make_operation)
+    assert {op.state for op in Operation.objects.filter(pk__in=[op.pk for op in ops])} == {OperationState.SUCCEEDED}
+    for _ in range(RUNS):
+        assert Execution.objects.filter(pk=ops[0].execution_id).count() == 1
+    statements = prepared()
+    missing = [name for name, piece in HOT_STATEMENTS.items() if not any(piece in s for s in statements)]
+    assert missing == [], f"not prepared: {missing}; prepared: {statements}"
+    assert not any("COUNT(*)" in s for s in statements), "Django's own queries bind on the client and are not prepared"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_with_no_threshold_nothing_is_prepared_and_operations_still_run(make_execution, make_operation):
+    connection.ensure_connection()
+    raw = connection.connection
+    threshold, raw.prepare_threshold = raw.prepare_threshold, None
+    try:
+        raw.execute("DEALLOCATE ALL")
+        raw._prepared.clear()  # psycopg's own record of what it prepared, now gone
+        ops = run_operations(make_execution, make_operation)
+        assert {op.state for op in Operation.objects.filter(pk__in=[op.pk for op in ops])} == {OperationState.SUCCEEDED}
+        assert prepared() == []
+    finally:
+        raw.prepare_threshold = threshold
+
+
+def settings_with(value):
+    env = {**os.environ, "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/unused", "DATABASE_PREPARE_THRESHOLD": value}
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; "
+                               "print(settings.DATABASES['default']['OPTIONS']['prepare_threshold'])"],
+        cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "switchyard.settings"}, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("value, expected", [("5", "5"), ("0", "0"), ("none", "None"), ("", "None")])
+def test_the_threshold_comes_from_the_environment(value, expected):
+    done = settings_with(value)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_a_bad_threshold_is_a_one_line_error(value):
+    done = settings_with(value)
+    assert done.returncode != 0
+    assert "DATABASE_PREPARE_THRESHOLD must be a whole number or 'none'" in done.stderr
