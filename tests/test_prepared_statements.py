@@ -106,3 +106,28 @@ def test_a_bad_threshold_is_a_one_line_error(value):
     done = settings_with(value)
     assert done.returncode != 0
     assert "DATABASE_PREPARE_THRESHOLD must be a whole number or 'none'" in done.stderr
+
+
+def test_fetch_loads_rows_as_djangos_raw_would(make_execution, make_operation):
+    """``db.fetch`` (on either database): every field converted as Django loads it (JSON from text,
+    UUIDs), a subset of fields in any column order with the rest deferred, extra columns as
+    attributes."""
+    from workflows_app import db
+
+    execution = make_execution(failure_mode="continue_while_possible")
+    op = make_operation(OperationState.SENT, execution, args=[1, {"a": [2, None]}], kwargs={"k": "v"}, attempt=3)
+    q = connection.ops.quote_name
+    table = q(Operation._meta.db_table)
+    [loaded] = db.fetch(Operation, f"SELECT {db.columns(Operation)}, 7, 'x' FROM {table} WHERE {q('id')} = %s",
+                        [Operation._meta.pk.get_db_prep_value(op.pk, connection)], extra=("seven", "x"))
+    expected = Operation.objects.get(pk=op.pk)
+    for field in Operation._meta.concrete_fields:
+        assert getattr(loaded, field.attname) == getattr(expected, field.attname), field.name
+    assert (loaded.args, loaded.kwargs, loaded.seven, loaded.x) == ([1, {"a": [2, None]}], {"k": "v"}, 7, "x")
+    assert not loaded._state.adding
+
+    names = ("failure_mode", "status", "id")
+    sql = f"SELECT {', '.join(q(name) for name in names)} FROM {q(Execution._meta.db_table)} WHERE {q('id')} = %s"
+    [partial] = db.fetch(Execution, sql, [Execution._meta.pk.get_db_prep_value(execution.pk, connection)], names=names)
+    assert (partial.pk, partial.status, partial.failure_mode) == (execution.pk, "started", "continue_while_possible")
+    assert partial.get_deferred_fields() == {f.attname for f in Execution._meta.concrete_fields} - set(names)

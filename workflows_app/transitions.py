@@ -214,7 +214,7 @@ def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
         OPERATION_EVENT_BY_TARGET[started].value, f"{sent} -> {started}", json.dumps(started_event),
         OperationState.SENDING.value,
     ]
-    moved = db.raw(Operation, _claim_sql(), params)
+    moved = db.fetch(Operation, _claim_sql(), params, extra=("was", "dry_run"))
     return moved[0] if moved else None
 
 

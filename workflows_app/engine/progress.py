@@ -103,6 +103,9 @@ def _lock_execution(execution_id):
     return Execution.objects.select_for_update(no_key=True).get(pk=execution_id)
 
 
+LOCKED_COLUMNS = ("id", "status", "failure_mode")
+
+
 def _share_lock_execution(execution_id):
     """The execution's row locked ``FOR SHARE``: completions of one execution do not wait for
     each other, but each waits for a writer of the execution (a dispatcher storing steps and
@@ -112,10 +115,10 @@ def _share_lock_execution(execution_id):
         return _lock_execution(execution_id)
     q = connection.ops.quote_name
     meta = Execution._meta
-    columns = ", ".join(q(meta.get_field(name).column) for name in ("id", "status", "failure_mode"))
+    columns = ", ".join(q(meta.get_field(name).column) for name in LOCKED_COLUMNS)
     # Only what a completion reads (the rest is deferred: the payload may be large).
-    return db.raw(Execution, f"SELECT {columns} FROM {q(meta.db_table)} WHERE {q(meta.pk.column)} = %s FOR SHARE",
-                  [meta.pk.get_db_prep_value(execution_id, connection)])[0]
+    return db.fetch(Execution, f"SELECT {columns} FROM {q(meta.db_table)} WHERE {q(meta.pk.column)} = %s FOR SHARE",
+                    [meta.pk.get_db_prep_value(execution_id, connection)], names=LOCKED_COLUMNS)[0]
 
 
 def record_success(operation, attempt, result):
@@ -160,7 +163,7 @@ def _count_down_dependents(operation):
     sql = (f"UPDATE {table} SET {count} = {count} - 1 WHERE {pk} IN "
            f"(SELECT {q(dep.get_field('operation').column)} FROM {q(dep.db_table)} WHERE {q(dep.get_field('depends_on').column)} = %s) "
            f"RETURNING {db.columns(Operation)}")
-    dependents = db.raw(Operation, sql, [op.pk.get_db_prep_value(operation.pk, connection)])
+    dependents = db.fetch(Operation, sql, [op.pk.get_db_prep_value(operation.pk, connection)])
     ready = [o for o in dependents if o.pending_dependencies == 0 and o.state == OperationState.PENDING]
     still_waiting = any(o.pending_dependencies > 0 and o.state == OperationState.PENDING for o in dependents)
     return ready, still_waiting
