@@ -67,3 +67,20 @@ def test_a_leaf_that_ends_the_graph_wakes_the_workflow(make_execution, make_oper
     with django_capture_on_commit_callbacks(execute=True):
         assert progress.record_success(last, 1, None)
     assert woken == [str(execution.pk)]
+
+
+@pytest.mark.parametrize("mode, sent", [(FailureMode.NO_NEW_CALLS, False), (FailureMode.FAIL_FAST, False),
+                                        (FailureMode.CONTINUE_WHILE_POSSIBLE, True)])
+def test_a_step_made_ready_after_another_failed_is_sent_only_in_continue_while_possible(
+        make_execution, make_operation, woken, django_capture_on_commit_callbacks, mode, sent):
+    """``a`` -> ``b``, while ``other`` has failed: ``a``'s success makes ``b`` ready, and ``b`` is
+    a new call (SPEC §7). The countdown reads the failure in the same statement."""
+    execution = make_execution(failure_mode=mode)
+    make_operation(OperationState.FAILED, execution, name="other", attempt=1, awaited=False)
+    a = make_operation(OperationState.STARTED, execution, name="a", attempt=1, awaited=False)
+    b = make_operation(OperationState.PENDING, execution, name="b", awaited=False, pending_dependencies=1)
+    OperationDependency.objects.create(operation=b, depends_on=a)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert progress.record_success(a, 1, None)
+    b.refresh_from_db()
+    assert (b.state, b.pending_dependencies) == (OperationState.SENDING if sent else OperationState.PENDING, 0)

@@ -39,13 +39,14 @@ def has_failure(execution) -> bool:
     return Operation.objects.filter(execution_id=execution.pk, state=OperationState.FAILED).exists()
 
 
-def allows_new_calls(execution) -> bool:
-    """Whether a new operation (or a retry, which is a new call) may start now (SPEC §7)."""
+def allows_new_calls(execution, failed=None) -> bool:
+    """Whether a new operation (or a retry, which is a new call) may start now (SPEC §7).
+    ``failed``: whether an operation of the execution has failed, when the caller has read it."""
     if execution.status != ExecutionStatus.STARTED:
         return False
     if execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE:
         return True
-    return not has_failure(execution)
+    return not (has_failure(execution) if failed is None else failed)
 
 
 def send(operation):
@@ -62,11 +63,11 @@ def send_many(operations):
     return moved
 
 
-def send_ready(execution, operations):
+def send_ready(execution, operations, failed=None):
     """Send those of ``operations`` whose dependencies all succeeded, if new calls may start;
-    returns those sent."""
+    returns those sent. ``failed``: as for :func:`allows_new_calls`."""
     ready = [op for op in operations if op.state == OperationState.PENDING and op.pending_dependencies == 0]
-    if ready and allows_new_calls(execution):
+    if ready and allows_new_calls(execution, failed):
         return send_many(ready)
     return []
 
@@ -130,8 +131,8 @@ def record_success(operation, attempt, result):
             operation_transition(operation, OperationState.SUCCEEDED, attempt=attempt, result=result, error=None)
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"result": result})
-        ready, still_waiting = _count_down_dependents(operation)
-        sent = send_ready(execution, ready) if ready else []
+        ready, still_waiting, failed = _count_down_dependents(operation)
+        sent = send_ready(execution, ready, failed) if ready else []
         if operation.awaited:
             transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
         elif not sent and not (still_waiting and execution.failure_mode != FailureMode.CONTINUE_WHILE_POSSIBLE):
@@ -154,19 +155,24 @@ def _wake_if_idle(execution):
 
 def _count_down_dependents(operation):
     """One dependency fewer for each operation that depends on ``operation``; returns those now
-    ready (pending, nothing left to wait for), loaded, and whether one is still pending with
-    dependencies left. One statement: most operations have no dependents, and this is on the
-    path of every completion (in a chain, it also loads the next step)."""
+    ready (pending, nothing left to wait for), loaded; whether one is still pending with
+    dependencies left; and whether an operation of the execution has failed (None when nothing
+    depends on ``operation``: then nothing is sent). One statement: most operations have no
+    dependents, and this is on the path of every completion (in a chain, it also loads the next
+    step, and whether it may be sent)."""
     op, dep = Operation._meta, OperationDependency._meta
     q = connection.ops.quote_name
     table, pk, count = q(op.db_table), q(op.pk.column), q(op.get_field("pending_dependencies").column)
+    execution, state = q(op.get_field("execution").column), q(op.get_field("state").column)
     sql = (f"UPDATE {table} SET {count} = {count} - 1 WHERE {pk} IN "
            f"(SELECT {q(dep.get_field('operation').column)} FROM {q(dep.db_table)} WHERE {q(dep.get_field('depends_on').column)} = %s) "
-           f"RETURNING {db.columns(Operation)}")
-    dependents = db.fetch(Operation, sql, [op.pk.get_db_prep_value(operation.pk, connection)])
+           f"RETURNING {db.columns(Operation)}, EXISTS (SELECT 1 FROM {table} f WHERE f.{execution} = %s AND f.{state} = %s)")
+    dependents = db.fetch(Operation, sql, [op.pk.get_db_prep_value(operation.pk, connection),
+                                           op.get_field("execution").get_db_prep_value(operation.execution_id, connection),
+                                           OperationState.FAILED.value], extra=("execution_failed",))
     ready = [o for o in dependents if o.pending_dependencies == 0 and o.state == OperationState.PENDING]
     still_waiting = any(o.pending_dependencies > 0 and o.state == OperationState.PENDING for o in dependents)
-    return ready, still_waiting
+    return ready, still_waiting, (bool(dependents[0].execution_failed) if dependents else None)
 
 
 def record_failure(operation, attempt, error, *, retryable, retry_after=None, stop_process=False):
