@@ -93,6 +93,8 @@ OPERATION_ACTIVE = frozenset(set(_O) - OPERATION_TERMINAL)
 OPERATION_NOT_STARTED = frozenset({_O.PENDING, _O.RESCHEDULED, _O.SENDING, _O.SENT})
 #: A message is (or may be) out for these: the agents are asked about them after a restart.
 OPERATION_IN_FLIGHT = frozenset({_O.SENDING, _O.SENT, _O.STARTED})
+#: In flight, or waiting for a retry (a tuple: it is in a migration, which needs one order).
+OPERATION_IN_FLIGHT_OR_WAITING = (_O.SENDING, _O.SENT, _O.STARTED, _O.RESCHEDULED)
 #: What resume puts back to pending; force-resume adds the in-flight states.
 OPERATION_RESUMABLE = frozenset({_O.RESCHEDULED, _O.FAILED, _O.CANCELLED})
 OPERATION_FORCE_RESUMABLE = OPERATION_RESUMABLE | OPERATION_IN_FLIGHT

@@ -23,6 +23,7 @@ from workflows_app.errors import TransitionRefused
 from workflows_app.models import Event, Execution, Operation, OperationDependency
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import (
+    OPERATION_IN_FLIGHT_OR_WAITING,
     EventType,
     ExecutionStatus,
     FailureMode,
@@ -31,9 +32,6 @@ from workflows_app.states import (
 from workflows_app.transitions import operation_transition, operations_transition, record_event
 
 logger = logging.getLogger(__name__)
-
-IN_FLIGHT_OR_WAITING = (OperationState.SENDING, OperationState.SENT, OperationState.STARTED, OperationState.RESCHEDULED)
-
 
 def has_failure(execution) -> bool:
     return Operation.objects.filter(execution_id=execution.pk, state=OperationState.FAILED).exists()
@@ -87,7 +85,7 @@ def can_progress(execution) -> bool:
                        + (f" AND {column['pending_dependencies']} = 0)" if ready_only else ")"))
         params.extend([pk, *states])
 
-    exists(IN_FLIGHT_OR_WAITING)
+    exists(OPERATION_IN_FLIGHT_OR_WAITING)
     exists([OperationState.PENDING], ready_only=True)
     exists([OperationState.FAILED])
     with db.cursor() as cursor:

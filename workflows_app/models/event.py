@@ -8,7 +8,8 @@ class Event(models.Model):
     event are written in one transaction (``workflows_app.transitions``)."""
 
     id = models.BigAutoField(primary_key=True)
-    execution = models.ForeignKey("workflows_app.Execution", on_delete=models.CASCADE, related_name="events")
+    # No index of its own: event_execution_id starts with it.
+    execution = models.ForeignKey("workflows_app.Execution", on_delete=models.CASCADE, related_name="events", db_index=False)
     operation = models.CharField(max_length=255, null=True, blank=True, help_text="the step name, or none")
     type = models.CharField(max_length=30, choices=EventType.choices)
     message = models.TextField(blank=True, default="")

@@ -2,7 +2,7 @@ import uuid
 
 from django.db import models
 
-from workflows_app.states import OPERATION_ACTIVE, OPERATION_TERMINAL, OperationState
+from workflows_app.states import OPERATION_ACTIVE, OPERATION_IN_FLIGHT_OR_WAITING, OPERATION_TERMINAL, OperationState
 
 
 class OperationQuerySet(models.QuerySet):
@@ -22,7 +22,9 @@ class Operation(models.Model):
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    execution = models.ForeignKey("workflows_app.Execution", on_delete=models.CASCADE, related_name="operations")
+    # No index of its own: every index below that starts with it serves it.
+    execution = models.ForeignKey("workflows_app.Execution", on_delete=models.CASCADE, related_name="operations",
+                                  db_index=False)
     name = models.CharField(max_length=255, help_text="the step key, unique in its execution")
     operation = models.CharField(max_length=255, help_text="the registered operation name")
     args = models.JSONField(default=list, blank=True)
@@ -69,10 +71,14 @@ class Operation(models.Model):
             models.UniqueConstraint(fields=["execution", "name"], name="operation_name_unique_in_execution"),
             models.CheckConstraint(condition=models.Q(state__in=OperationState.values), name="operation_state_valid"),
         ]
+        # Every change of state writes a new row version to each index whose row it is in, so
+        # the indexes that only the tick's and the agents' look-ups use hold only the operations
+        # those look for: in flight or waiting for a retry; started (by agent).
         indexes = [
             models.Index(fields=["execution", "state"], name="operation_execution_state"),
-            models.Index(fields=["state", "next_attempt_at"], name="operation_state_next_attempt"),
-            models.Index(fields=["agent", "state"], name="operation_agent_state"),
+            models.Index(fields=["state", "next_attempt_at"], name="operation_in_flight_state",
+                         condition=models.Q(state__in=OPERATION_IN_FLIGHT_OR_WAITING)),
+            models.Index(fields=["agent"], name="operation_started_agent", condition=models.Q(state=OperationState.STARTED)),
         ]
 
     def __str__(self):
