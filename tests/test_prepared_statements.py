@@ -23,8 +23,7 @@ RUNS = 6  # above the default threshold (5)
 #: A piece of each statement on an operation's path, as it appears in its SQL.
 HOT_STATEMENTS = {
     "claim": "WITH old AS",
-    "transition with its event": "WITH moved AS",
-    "execution lock": "FOR SHARE",
+    "the execution's lock, the transition and its event": "WITH ex AS",
     "countdown": '"pending_dependencies" - 1',
     "idle check": "SELECT EXISTS",
 }

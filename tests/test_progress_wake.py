@@ -84,3 +84,46 @@ def test_a_step_made_ready_after_another_failed_is_sent_only_in_continue_while_p
         assert progress.record_success(a, 1, None)
     b.refresh_from_db()
     assert (b.state, b.pending_dependencies) == (OperationState.SENDING if sent else OperationState.PENDING, 0)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_completion_waits_for_a_writer_of_its_execution_and_counts_down_the_step_it_stored(
+        make_execution, make_operation, woken):
+    """A dispatcher holds the execution's row while it stores ``y`` after ``x``; ``x`` completes
+    meanwhile. The completion must wait for that commit and then count ``y`` down (and send it):
+    counted in a snapshot from before the commit, ``y`` would wait for ``x`` for ever."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    from workflows_app.models import Execution, Operation
+
+    execution = make_execution()
+    x = make_operation(OperationState.STARTED, execution, name="x", attempt=1, awaited=False)
+    holding, committed = threading.Event(), []
+
+    def dispatcher():
+        try:
+            with transaction.atomic():
+                Execution.objects.select_for_update(no_key=True).get(pk=execution.pk)
+                y = Operation.objects.create(execution=execution, name="y", operation="noop", agent="a",
+                                             awaited=False, pending_dependencies=1)
+                OperationDependency.objects.create(operation=y, depends_on=x)
+                holding.set()
+                time.sleep(0.5)  # the completion starts meanwhile, and must wait
+                committed.append(time.monotonic())
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=dispatcher)
+    writer.start()
+    assert holding.wait(10)
+    assert progress.record_success(x, 1, "done")
+    returned = time.monotonic()
+    writer.join(10)
+    assert committed and returned >= committed[0], "the completion did not wait for the writer"
+    y = Operation.objects.get(execution=execution, name="y")
+    assert (y.state, y.pending_dependencies) == (OperationState.SENDING, 0)
+    assert woken == []

@@ -128,11 +128,15 @@ def _announce(execution, source, target, event):
             )
 
 
-def operation_transition(operation, target, *, attempt=None, message="", data=None, **fields) -> Operation:
+def operation_transition(operation, target, *, attempt=None, message="", data=None, share_lock_execution=False,
+                         **fields) -> Operation:
     """Move ``operation`` from the state (and attempt) it was read in to ``target``, with its event.
 
     ``attempt``: the attempt the caller reports for; refused with ``StaleAttempt`` unless it is
     the operation's current one. Entering ``sending`` starts a new attempt (``attempt + 1``).
+    ``share_lock_execution`` (in the caller's transaction): first lock the execution's row
+    ``FOR SHARE`` — in the same statement on PostgreSQL — and leave its ``id``, ``status`` and
+    ``failure_mode``, as they are once locked, in ``operation.execution``.
     ``fields``: other columns written in the same UPDATE. Returns ``operation`` updated in place.
     """
     source = OperationState(operation.state)
@@ -148,9 +152,11 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
 
     event = _operation_event(operation, source, target, updates.get("attempt", operation.attempt), message, data)
     if connection.vendor == "postgresql":
-        changed = _update_with_event(operation, source, updates, event)  # one statement: atomic by itself
+        changed = _update_with_event(operation, source, updates, event, share_lock_execution)  # one statement
     else:
         with _atomic():
+            if share_lock_execution:  # SQLite: the transaction already holds the only write lock
+                operation.execution = Execution.objects.only(*LOCKED_EXECUTION_FIELDS).get(pk=operation.execution_id)
             changed = Operation.objects.filter(pk=operation.pk, state=source, attempt=operation.attempt).update(**updates)
             if changed == 1:
                 event.save()
@@ -161,10 +167,20 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
     return operation
 
 
-def _update_with_event(operation, source, updates, event) -> int:
+#: What a completion reads of the execution it locks (the payload, which may be large, is not).
+LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode")
+
+
+def _update_with_event(operation, source, updates, event, share_lock_execution=False) -> int:
     """PostgreSQL: the compare-and-set UPDATE and the INSERT of its event as one statement (the
     event is inserted only if the row moved): one round trip instead of two, on the path every
-    operation takes several times. Returns the number of rows moved (0 or 1)."""
+    operation takes several times. Returns the number of rows moved (0 or 1).
+
+    With ``share_lock_execution`` the execution's row is locked first, in the same statement: the
+    UPDATE joins it, so the lock is taken before the operation's row is (the order of every
+    writer of both, so no deadlock), and the execution's columns are read as locked (a locking
+    read sees the latest committed row). A statement that follows sees what a writer of the
+    execution committed while this one waited for the lock."""
     q = connection.ops.quote_name
     op_meta, event_meta = Operation._meta, Event._meta
     assignments, params = [], []
@@ -179,16 +195,34 @@ def _update_with_event(operation, source, updates, event) -> int:
     fields = [event_meta.get_field(name) for name in columns]
     params += [field.get_db_prep_save(field.pre_save(event, True) if name == "timestamp" else getattr(event, field.attname), connection)
                for name, field in zip(columns, fields)]
-    sql = (f"WITH moved AS (UPDATE {q(op_meta.db_table)} SET {', '.join(assignments)} "
-           f"WHERE {pk} = %s AND {state} = %s AND {attempt} = %s RETURNING {pk}) "
-           f"INSERT INTO {q(event_meta.db_table)} ({', '.join(q(f.column) for f in fields)}) "
-           f"SELECT {', '.join(['%s'] * len(fields))} FROM moved RETURNING {q(event_meta.pk.column)}")
-    with db.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+    table = q(op_meta.db_table)
+    insert = (f"INSERT INTO {q(event_meta.db_table)} ({', '.join(q(f.column) for f in fields)}) "
+              f"SELECT {', '.join(['%s'] * len(fields))} FROM moved RETURNING {q(event_meta.pk.column)}")
+    if not share_lock_execution:
+        sql = (f"WITH moved AS (UPDATE {table} SET {', '.join(assignments)} "
+               f"WHERE {pk} = %s AND {state} = %s AND {attempt} = %s RETURNING {pk}) {insert}")
+        with db.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return 0
+        event.pk = row[0]
+        return 1
+    ex_meta = Execution._meta
+    locked = ", ".join(q(ex_meta.get_field(name).column) for name in LOCKED_EXECUTION_FIELDS)
+    sql = (f"WITH ex AS (SELECT {locked} FROM {q(ex_meta.db_table)} WHERE {q(ex_meta.pk.column)} = %s FOR SHARE), "
+           f"moved AS (UPDATE {table} SET {', '.join(assignments)} FROM ex "
+           f"WHERE {table}.{pk} = %s AND {table}.{state} = %s AND {table}.{attempt} = %s RETURNING {table}.{pk}), "
+           f"ev AS ({insert}) "
+           f"SELECT {locked}, (SELECT {q(event_meta.pk.column)} FROM ev) FROM ex")
+    execution_pk = ex_meta.pk.get_db_prep_value(operation.execution_id, connection)
+    rows = db.fetch(Execution, sql, [execution_pk, *params], names=LOCKED_EXECUTION_FIELDS, extra=("event_pk",))
+    if not rows:
+        return 0  # no such execution: nothing moved
+    operation.execution = rows[0]
+    if rows[0].event_pk is None:
         return 0
-    event.pk = row[0]
+    event.pk = rows[0].event_pk
     return 1
 
 

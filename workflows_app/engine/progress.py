@@ -102,33 +102,20 @@ def _lock_execution(execution_id):
     return Execution.objects.select_for_update(no_key=True).get(pk=execution_id)
 
 
-LOCKED_COLUMNS = ("id", "status", "failure_mode")
-
-
-def _share_lock_execution(execution_id):
-    """The execution's row locked ``FOR SHARE``: completions of one execution do not wait for
-    each other, but each waits for a writer of the execution (a dispatcher storing steps and
-    their dependencies, a status change), and a writer waits for them. (SQLite serializes
-    every writer anyway.)"""
-    if connection.vendor != "postgresql":
-        return _lock_execution(execution_id)
-    q = connection.ops.quote_name
-    meta = Execution._meta
-    columns = ", ".join(q(meta.get_field(name).column) for name in LOCKED_COLUMNS)
-    # Only what a completion reads (the rest is deferred: the payload may be large).
-    return db.fetch(Execution, f"SELECT {columns} FROM {q(meta.db_table)} WHERE {q(meta.pk.column)} = %s FOR SHARE",
-                    [meta.pk.get_db_prep_value(execution_id, connection)], names=LOCKED_COLUMNS)[0]
-
-
 def record_success(operation, attempt, result):
     """Record an attempt's result; count down its dependents; send those now ready; wake the
     workflow if it waits on this step, or if its graph has nothing left in flight."""
     with transaction.atomic():
-        execution = _share_lock_execution(operation.execution_id)
         try:
-            operation_transition(operation, OperationState.SUCCEEDED, attempt=attempt, result=result, error=None)
+            # The execution's row FOR SHARE (in the same statement on PostgreSQL): completions of
+            # one execution do not wait for each other, but each waits for a writer of the
+            # execution (a dispatcher storing steps and their dependencies, a status change), and
+            # a writer waits for them — so the countdown below sees every dependency stored.
+            operation_transition(operation, OperationState.SUCCEEDED, attempt=attempt, result=result, error=None,
+                                 share_lock_execution=True)
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"result": result})
+        execution = operation.execution
         ready, still_waiting, failed = _count_down_dependents(operation)
         sent = send_ready(execution, ready, failed) if ready else []
         if operation.awaited:
