@@ -181,26 +181,14 @@ def _update_with_event(operation, source, updates, event, share_lock_execution=F
     writer of both, so no deadlock), and the execution's columns are read as locked (a locking
     read sees the latest committed row). A statement that follows sees what a writer of the
     execution committed while this one waited for the lock."""
-    q = connection.ops.quote_name
     op_meta, event_meta = Operation._meta, Event._meta
-    assignments, params = [], []
-    for name, value in updates.items():
-        field = op_meta.get_field(name)
-        assignments.append(f"{q(field.column)} = %s")
-        params.append(field.get_db_prep_save(value, connection))
-    pk, state, attempt = (q(op_meta.get_field(name).column) for name in ("id", "state", "attempt"))
+    params = [op_meta.get_field(name).get_db_prep_save(value, connection) for name, value in updates.items()]
     params += [op_meta.pk.get_db_prep_value(operation.pk, connection), source.value, operation.attempt]
     event.timestamp = timezone.now()
-    columns = ("execution", "operation", "type", "message", "data", "timestamp")
-    fields = [event_meta.get_field(name) for name in columns]
-    params += [field.get_db_prep_save(field.pre_save(event, True) if name == "timestamp" else getattr(event, field.attname), connection)
-               for name, field in zip(columns, fields)]
-    table = q(op_meta.db_table)
-    insert = (f"INSERT INTO {q(event_meta.db_table)} ({', '.join(q(f.column) for f in fields)}) "
-              f"SELECT {', '.join(['%s'] * len(fields))} FROM moved RETURNING {q(event_meta.pk.column)}")
+    params += [field.get_db_prep_save(event.timestamp if field.name == "timestamp" else getattr(event, field.attname), connection)
+               for field in map(event_meta.get_field, EVENT_COLUMNS)]
+    sql = _update_with_event_sql(tuple(updates), share_lock_execution)
     if not share_lock_execution:
-        sql = (f"WITH moved AS (UPDATE {table} SET {', '.join(assignments)} "
-               f"WHERE {pk} = %s AND {state} = %s AND {attempt} = %s RETURNING {pk}) {insert}")
         with db.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -209,12 +197,6 @@ def _update_with_event(operation, source, updates, event, share_lock_execution=F
         event.pk = row[0]
         return 1
     ex_meta = Execution._meta
-    locked = ", ".join(q(ex_meta.get_field(name).column) for name in LOCKED_EXECUTION_FIELDS)
-    sql = (f"WITH ex AS (SELECT {locked} FROM {q(ex_meta.db_table)} WHERE {q(ex_meta.pk.column)} = %s FOR SHARE), "
-           f"moved AS (UPDATE {table} SET {', '.join(assignments)} FROM ex "
-           f"WHERE {table}.{pk} = %s AND {table}.{state} = %s AND {table}.{attempt} = %s RETURNING {table}.{pk}), "
-           f"ev AS ({insert}) "
-           f"SELECT {locked}, (SELECT {q(event_meta.pk.column)} FROM ev) FROM ex")
     execution_pk = ex_meta.pk.get_db_prep_value(operation.execution_id, connection)
     rows = db.fetch(Execution, sql, [execution_pk, *params], names=LOCKED_EXECUTION_FIELDS, extra=("event_pk",))
     if not rows:
@@ -224,6 +206,31 @@ def _update_with_event(operation, source, updates, event, share_lock_execution=F
         return 0
     event.pk = rows[0].event_pk
     return 1
+
+
+EVENT_COLUMNS = ("execution", "operation", "type", "message", "data", "timestamp")
+
+
+@functools.cache
+def _update_with_event_sql(names, share_lock_execution):
+    """The statement of :func:`_update_with_event` that sets the fields ``names``, built once per
+    process (per set of fields)."""
+    q = connection.ops.quote_name
+    op_meta, event_meta, ex_meta = Operation._meta, Event._meta, Execution._meta
+    assignments = ", ".join(f"{q(op_meta.get_field(name).column)} = %s" for name in names)
+    table = q(op_meta.db_table)
+    pk, state, attempt = (f"{table}.{q(op_meta.get_field(name).column)}" for name in ("id", "state", "attempt"))
+    insert = (f"INSERT INTO {q(event_meta.db_table)} ({', '.join(q(event_meta.get_field(name).column) for name in EVENT_COLUMNS)}) "
+              f"SELECT {', '.join(['%s'] * len(EVENT_COLUMNS))} FROM moved RETURNING {q(event_meta.pk.column)}")
+    if not share_lock_execution:
+        return (f"WITH moved AS (UPDATE {table} SET {assignments} "
+                f"WHERE {pk} = %s AND {state} = %s AND {attempt} = %s RETURNING {pk}) {insert}")
+    locked = ", ".join(q(ex_meta.get_field(name).column) for name in LOCKED_EXECUTION_FIELDS)
+    return (f"WITH ex AS (SELECT {locked} FROM {q(ex_meta.db_table)} WHERE {q(ex_meta.pk.column)} = %s FOR SHARE), "
+            f"moved AS (UPDATE {table} SET {assignments} FROM ex "
+            f"WHERE {pk} = %s AND {state} = %s AND {attempt} = %s RETURNING {pk}), "
+            f"ev AS ({insert}) "
+            f"SELECT {locked}, (SELECT {q(event_meta.pk.column)} FROM ev) FROM ex")
 
 
 def claim_operation(operation_id, attempt, *, data=None, incarnation=""):

@@ -10,6 +10,7 @@ a transaction that writes an operation's state and event never waits for it whil
 operation's row.
 """
 
+import functools
 import logging
 from datetime import timedelta
 
@@ -73,29 +74,31 @@ def send_ready(execution, operations, failed=None):
 def can_progress(execution) -> bool:
     """Something of the execution is in flight, waits for a retry, or may be sent now. One
     query (three lookups on the execution-and-state index): a completion asks it every time."""
-    meta = Operation._meta
-    q = connection.ops.quote_name
-    column = {name: q(meta.get_field(name).column) for name in ("execution", "state", "pending_dependencies")}
-    pk = meta.get_field("execution").get_db_prep_value(execution.pk, connection)
-    lookups, params = [], []
-
-    def exists(states, ready_only=False):
-        lookups.append(f"EXISTS (SELECT 1 FROM {q(meta.db_table)} WHERE {column['execution']} = %s "
-                       f"AND {column['state']} IN ({', '.join(['%s'] * len(states))})"
-                       + (f" AND {column['pending_dependencies']} = 0)" if ready_only else ")"))
-        params.extend([pk, *states])
-
-    exists(OPERATION_IN_FLIGHT_OR_WAITING)
-    exists([OperationState.PENDING], ready_only=True)
-    exists([OperationState.FAILED])
+    pk = Operation._meta.get_field("execution").get_db_prep_value(execution.pk, connection)
+    params = [pk, *OPERATION_IN_FLIGHT_OR_WAITING, pk, OperationState.PENDING, pk, OperationState.FAILED]
     with db.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(lookups)}", params)
+        cursor.execute(_can_progress_sql(), params)
         in_flight, ready, failed = cursor.fetchone()
     if in_flight:
         return True
     may_call = execution.status == ExecutionStatus.STARTED and (
         execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE or not failed)
     return bool(ready) and may_call
+
+
+@functools.cache
+def _can_progress_sql():
+    """:func:`can_progress`'s query, built once per process."""
+    meta = Operation._meta
+    q = connection.ops.quote_name
+    column = {name: q(meta.get_field(name).column) for name in ("execution", "state", "pending_dependencies")}
+
+    def exists(n_states, ready_only=False):
+        return (f"EXISTS (SELECT 1 FROM {q(meta.db_table)} WHERE {column['execution']} = %s "
+                f"AND {column['state']} IN ({', '.join(['%s'] * n_states)})"
+                + (f" AND {column['pending_dependencies']} = 0)" if ready_only else ")"))
+
+    return f"SELECT {exists(len(OPERATION_IN_FLIGHT_OR_WAITING))}, {exists(1, ready_only=True)}, {exists(1)}"
 
 
 def _lock_execution(execution_id):
@@ -145,19 +148,25 @@ def _count_down_dependents(operation):
     depends on ``operation``: then nothing is sent). One statement: most operations have no
     dependents, and this is on the path of every completion (in a chain, it also loads the next
     step, and whether it may be sent)."""
+    op = Operation._meta
+    dependents = db.fetch(Operation, _count_down_sql(), [op.pk.get_db_prep_value(operation.pk, connection),
+                                                         op.get_field("execution").get_db_prep_value(operation.execution_id, connection),
+                                                         OperationState.FAILED.value], extra=("execution_failed",))
+    ready = [o for o in dependents if o.pending_dependencies == 0 and o.state == OperationState.PENDING]
+    still_waiting = any(o.pending_dependencies > 0 and o.state == OperationState.PENDING for o in dependents)
+    return ready, still_waiting, (bool(dependents[0].execution_failed) if dependents else None)
+
+
+@functools.cache
+def _count_down_sql():
+    """:func:`_count_down_dependents`' statement, built once per process."""
     op, dep = Operation._meta, OperationDependency._meta
     q = connection.ops.quote_name
     table, pk, count = q(op.db_table), q(op.pk.column), q(op.get_field("pending_dependencies").column)
     execution, state = q(op.get_field("execution").column), q(op.get_field("state").column)
-    sql = (f"UPDATE {table} SET {count} = {count} - 1 WHERE {pk} IN "
-           f"(SELECT {q(dep.get_field('operation').column)} FROM {q(dep.db_table)} WHERE {q(dep.get_field('depends_on').column)} = %s) "
-           f"RETURNING {db.columns(Operation)}, EXISTS (SELECT 1 FROM {table} f WHERE f.{execution} = %s AND f.{state} = %s)")
-    dependents = db.fetch(Operation, sql, [op.pk.get_db_prep_value(operation.pk, connection),
-                                           op.get_field("execution").get_db_prep_value(operation.execution_id, connection),
-                                           OperationState.FAILED.value], extra=("execution_failed",))
-    ready = [o for o in dependents if o.pending_dependencies == 0 and o.state == OperationState.PENDING]
-    still_waiting = any(o.pending_dependencies > 0 and o.state == OperationState.PENDING for o in dependents)
-    return ready, still_waiting, (bool(dependents[0].execution_failed) if dependents else None)
+    return (f"UPDATE {table} SET {count} = {count} - 1 WHERE {pk} IN "
+            f"(SELECT {q(dep.get_field('operation').column)} FROM {q(dep.db_table)} WHERE {q(dep.get_field('depends_on').column)} = %s) "
+            f"RETURNING {db.columns(Operation)}, EXISTS (SELECT 1 FROM {table} f WHERE f.{execution} = %s AND f.{state} = %s)")
 
 
 def record_failure(operation, attempt, error, *, retryable, retry_after=None, stop_process=False):
