@@ -122,10 +122,10 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     else:
         try:
             _prepare = int(_prepare)
+            if _prepare < 0:
+                raise ValueError(_prepare)
         except ValueError:
             raise ImproperlyConfigured("DATABASE_PREPARE_THRESHOLD must be a whole number or 'none'") from None
-        if _prepare < 0:
-            raise ImproperlyConfigured("DATABASE_PREPARE_THRESHOLD must be a whole number or 'none'")
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", _prepare)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

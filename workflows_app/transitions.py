@@ -169,6 +169,8 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
 
 #: What a completion reads of the execution it locks (the payload, which may be large, is not).
 LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode")
+#: The columns an event statement of this module writes, in its order.
+EVENT_COLUMNS = ("execution", "operation", "type", "message", "data", "timestamp")
 
 
 def _update_with_event(operation, source, updates, event, share_lock_execution=False) -> int:
@@ -206,9 +208,6 @@ def _update_with_event(operation, source, updates, event, share_lock_execution=F
         return 0
     event.pk = rows[0].event_pk
     return 1
-
-
-EVENT_COLUMNS = ("execution", "operation", "type", "message", "data", "timestamp")
 
 
 @functools.cache
@@ -271,7 +270,7 @@ def _claim_sql():
         return q(meta.get_field(name).column)
 
     table, pk, state = q(op_meta.db_table), column(op_meta, "id"), column(op_meta, "state")
-    event_columns = ", ".join(column(event_meta, name) for name in ("execution", "operation", "type", "message", "data", "timestamp"))
+    event_columns = ", ".join(column(event_meta, name) for name in EVENT_COLUMNS)
     return (
         f"WITH old AS (SELECT o.{pk}, o.{state} AS was, e.{column(ex_meta, 'is_dry_run')} AS dry_run "
         f"FROM {table} o JOIN {q(ex_meta.db_table)} e ON e.{column(ex_meta, 'id')} = o.{column(op_meta, 'execution')} "

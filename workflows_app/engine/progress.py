@@ -2,12 +2,14 @@
 failures with the retry policy, counting fan-in in the database, and deciding when the
 workflow function must run again.
 
-A result is recorded under the execution's row lock, so that the count of dependencies and
-the decision "nothing left in flight: wake the workflow" cannot race with another completion
-or with a dispatcher adding steps. The lock is ``FOR NO KEY UPDATE``: it does not block the
-``KEY SHARE`` lock that inserting an event (its foreign key) takes on the execution's row, so
-a transaction that writes an operation's state and event never waits for it while holding the
-operation's row.
+A result is recorded under the execution's row lock, so that the count of dependencies cannot
+race with a dispatcher adding steps. A success takes it ``FOR SHARE``, in its transition's
+statement: successes of one execution do not wait for each other, and "nothing left in flight:
+wake the workflow" is asked after the commit, where the later of two last completions sees
+both. A failure, a cancel and the retry sweep take it ``FOR NO KEY UPDATE``, which does not
+block the ``KEY SHARE`` lock that inserting an event (its foreign key) takes on the execution's
+row, so a transaction that writes an operation's state and event never waits for it while
+holding the operation's row.
 """
 
 import functools
