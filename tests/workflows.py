@@ -434,3 +434,7 @@ def bad_wait(ctx, case):
         ctx.sleep("soon")
     elif case == "cancel":
         ctx.cancel_step(3.5)
+
+
+# --- canvases compared with plain Celery (tests/canvas_workflows.py) -------------------------
+from tests import canvas_workflows  # noqa: E402,F401  (registers its workflows, operations and Celery tasks)

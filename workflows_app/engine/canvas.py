@@ -3,27 +3,45 @@
 Nothing here sends anything: the nodes are stored by the engine, which counts fan-in in the
 database instead of in Celery's chord counter (SPEC §6).
 
-Meaning (Celery's):
+Meaning (Celery's, as a live Celery worker answers):
 
 - a **chain** runs its members one after another; each depends on what the previous member
-  produced and, unless it is immutable (``.si()``), receives it as its first argument;
+  produced and, unless it is immutable (``.si()``), receives it as its first argument. A
+  nested chain is spliced in (an empty one adds nothing); a chain with nothing to run, on its
+  own, in a group or as a chord's body, is refused (Celery returns no result for it, or fails);
 - a **group** runs its members in parallel, each with the group's own incoming dependencies
   and input; its output is the list of its members' outputs (a group directly inside a group
-  adds its members' outputs to that list, as Celery flattens it);
+  or a chord header adds its members' outputs to that list, as Celery flattens it). An empty
+  group runs nothing and its output is ``[]``: the member after it in a chain waits for what
+  the group waited for and receives ``[]``. A one-member group in a chain is its member
+  (Celery unrolls it): the next member gets a value, not a list. Elsewhere a group of one
+  stays a list of one, except at the top level, where a group whose only member returns a
+  group's list returns that list: ``group(chain(a, group(b, c)))`` returns ``[b, c]``;
 - a **chord** is its header group followed by its body, the body receiving the list of the
-  header's results. A one-member group in a chain is its member (Celery unrolls it), but a
-  chord's header stays a list even of one.
+  header's results: a list even of one, and ``[]`` for an empty header (the body still runs;
+  in a chain it waits for the member before and receives ``[]``, not that member's result).
+  A header given as one signature is a header of one; given as a chain, the chain's members
+  are the header's members, run in parallel. A body that is a group stays a group: the chord
+  returns its list, even of one; but a one-member body group passes its member's result, not
+  a list, to what follows the chord in a chain.
+
+Switchyard differs where Celery's answer is not one a graph can give: the body of a chord
+whose header holds a group gets the results in header order (Celery's Redis backend does
+not keep that order), and what follows a chord whose body group has several members runs
+once, receiving their list (Celery runs it once per member).
 
 Names: ``<position>:<operation>``, the position being the indices of the nested members
 joined by dots, or the name given by ``.set(step="name")``. A chain member's position is its
-index in the chain *as Celery runs it*: nested chains are spliced in, and a chord is two
-members, its header group then its body (and a chain body is spliced too). Celery rewrites
-``chain(a, group(b, c), d)`` into ``chain(a, chord([b, c], d))``, and this rule names both
-alike: ``0:a``, ``1.0:b``, ``1.1:c``, ``2:d``. So a chord at chain position ``p`` has header
-members ``p.<i>`` and body ``p+1``; anywhere else (at the top level, inside a group) a chord
-is read as that chain, so its header members are ``<pos>.0.<i>`` and its body ``<pos>.1``.
-At the top level the canvas itself is the container: a single signature is ``0:<op>``, a
-group's members and a chain's members are ``0:``, ``1:``, ...
+index in the chain *as Celery runs it*: nested chains are spliced in (an empty one takes no
+position), a one-member group (a chord's one-member body group too) is its member, an empty
+group keeps its position, and a chord is two members, its header group then its body (and a
+chain body is spliced too). Celery rewrites ``chain(a, group(b, c), d)`` into
+``chain(a, chord([b, c], d))``, and this rule names both alike: ``0:a``, ``1.0:b``,
+``1.1:c``, ``2:d``. So a chord at chain position ``p`` has header members ``p.<i>`` and body
+``p+1``, even when its header is empty; anywhere else (at the top level, inside a group) a
+chord is read as that chain, so its header members are ``<pos>.0.<i>`` and its body
+``<pos>.1``. At the top level the canvas itself is the container: a single signature is
+``0:<op>``, a group's members and a chain's members are ``0:``, ``1:``, ...
 """
 
 from dataclasses import dataclass
@@ -46,6 +64,10 @@ REFUSED_OPTIONS = {
 # subtask_type, so once serialised they come back as plain signatures of these tasks).
 _BUILTIN_TASKS = {"celery.chunks": "chunks", "celery.map": "xmap", "celery.starmap": "xstarmap"}
 
+# Ends the elements of a chord's one-member body group in a chain: what comes next receives
+# the member's result, but a chain that ends there returns the group's list (one item).
+_BODY_GROUP_END = object()
+
 
 @dataclass(frozen=True)
 class CompiledCanvas:
@@ -63,15 +85,19 @@ def compile_canvas(sig, operation_name_of=None):
     ``operation_name_of(signature)`` gives a plain signature's registered operation name, or
     raises ``GraphError`` for one that is not an operation; by default ``signature.task``.
     Raises ``GraphError`` for what Switchyard cannot run as Celery would: other canvas types
-    (``chunks``, ``xmap``...), empty groups and chains, callbacks, ``countdown``/``eta``,
+    (``chunks``, ``xmap``...), chains with nothing to run, callbacks, ``countdown``/``eta``,
     options or partial arguments on a chain/group/chord, and duplicate step names.
     """
     compiler = _Compiler(operation_name_of or (lambda s: s.task))
     sig = _signature(sig)
     if isinstance(sig, group):
         output = compiler.group(_members(sig), (), (), None)
+        # Celery's group.apply_async hands back its lone member's result when that is a group's
+        # own result; only the group it was asked to run does that, not a nested one.
+        if len(output.items) == 1 and output.items[0].items is not None:
+            output = output.items[0]
     else:
-        output = compiler.chain(_chain_elements(sig), (), (), None)
+        output = compiler.chain(_chain_of(sig), (), (), None)
     validate(compiler.nodes)
     return CompiledCanvas(compiler.nodes, output)
 
@@ -86,13 +112,21 @@ class _Compiler:
         self.nodes = []
 
     def chain(self, elements, pos, deps, input):
-        for i, element in enumerate(elements):
+        last = max(k for k, element in enumerate(elements) if element is not _BODY_GROUP_END)
+        index, output = 0, None
+        for k, element in enumerate(elements):
+            if element is _BODY_GROUP_END:
+                if k > last:
+                    output = Input.list_of([output])
+                continue
             if isinstance(element, list):
-                output = self.group(element, pos + (i,), deps, input)
+                output = self.group(element, pos + (index,), deps, input)
             else:
-                output = self.signature(element, pos + (i,), deps, input)
-            # The next member waits for everything this one produced, and reads it.
-            deps, input = output.names(), output
+                output = self.signature(element, pos + (index,), deps, input)
+            index += 1
+            # The next member waits for everything this one produced, and reads it; after an
+            # empty group (which produced nothing) it waits for what the group waited for.
+            deps, input = output.names() or deps, output
         return output
 
     def group(self, members, pos, deps, input):
@@ -102,7 +136,7 @@ class _Compiler:
             if isinstance(member, group):
                 outputs.extend(self.group(_members(member), pos + (i,), deps, input).items)
             elif isinstance(member, (_chain, _chord)):
-                outputs.append(self.chain(_chain_elements(member), pos + (i,), deps, input))
+                outputs.append(self.chain(_chain_of(member), pos + (i,), deps, input))
             else:
                 outputs.append(self.signature(member, pos + (i,), deps, input))
         return Input.list_of(outputs)
@@ -128,20 +162,35 @@ class _Compiler:
         return Input.of(name)
 
 
+def _chain_of(sig):
+    """The elements of ``sig`` run as a chain on its own; ``GraphError`` when there are none
+    (Celery returns no result for an empty chain, and fails on one in a group or chord)."""
+    elements = _chain_elements(sig)
+    if not elements:
+        raise GraphError("an empty chain cannot run: give it at least one signature")
+    return elements
+
+
 def _chain_elements(sig):
     """``sig`` read as the members of a chain, the way Celery runs it: a list of plain
-    signatures and of lists (a group's members). Nested chains are spliced in, a one-member
-    group is its member, and a chord is its header then its body's elements."""
+    signatures and of lists (a group's members), maybe ``_BODY_GROUP_END``. Nested chains
+    are spliced in, a one-member group is its member, and a chord is its header then its
+    body's elements."""
     sig = _signature(sig)
     if isinstance(sig, _chord):
         _check_container(sig, "chord")
         if sig.body is None:
             raise GraphError("a chord needs a body")
-        return [_members(sig)] + _chain_elements(sig.body)
+        body = _signature(sig.body)
+        # A group whose only member is a group is that group: Celery flattens it.
+        while isinstance(body, group) and len(_members(body)) == 1 and _is_group(_members(body)[0]):
+            body = _signature(_members(body)[0])
+        if isinstance(body, group) and len(_members(body)) == 1:
+            # Named and passed on as its member, as in a chain; only its output is a list.
+            return [_members(sig)] + _chain_of(_members(body)[0]) + [_BODY_GROUP_END]
+        return [_members(sig)] + _chain_of(body)
     if isinstance(sig, _chain):
         _check_container(sig, "chain")
-        if not sig.tasks:
-            raise GraphError("an empty chain cannot run")
         return [element for task in sig.tasks for element in _chain_elements(task)]
     if isinstance(sig, group):
         members = _members(sig)
@@ -151,14 +200,14 @@ def _chain_elements(sig):
 
 
 def _members(sig):
-    """The members of a group, or the header of a chord, as a list (never empty)."""
-    kind = "chord" if isinstance(sig, _chord) else "group"
-    _check_container(sig, kind)
+    """The members of a group, or the header of a chord, as a list (maybe empty)."""
+    _check_container(sig, "chord" if isinstance(sig, _chord) else "group")
     tasks = sig.tasks.tasks if isinstance(sig.tasks, group) else sig.tasks
-    members = list(tasks or ())
-    if not members:
-        raise GraphError(f"an empty {kind} {'header ' if kind == 'chord' else ''}cannot run")
-    return members
+    return list(tasks or ())
+
+
+def _is_group(sig):
+    return isinstance(_signature(sig), group)
 
 
 def _signature(sig):
