@@ -16,10 +16,13 @@ import logging
 import os
 import signal
 import threading
+import time
 
 from celery.worker.control import control_command
+from django.db import connections
 
 from agents import local
+from workflows_app.engine import reports
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +54,10 @@ def switchyard_running(state, **kwargs):
 
 def terminate(keys, grace) -> list[str]:
     """SIGTERM each recorded process group of ``keys`` now; SIGKILL it after ``grace`` seconds if
-    it is still recorded as running that key. Returns the keys that were signalled."""
+    it is still recorded as running that key. Once the groups are gone, the attempts among them
+    are reported stopped (``reports.record_processes_gone``): the engine waits for that before
+    it shows workflow code a failure whose failure mode cancelled running steps. Returns the
+    keys that were signalled."""
     targets = []
     for key in keys:
         pgid = local.process_group_of(key)
@@ -61,17 +67,35 @@ def terminate(keys, grace) -> list[str]:
         targets.append((key, pgid))
     if targets:
         logger.warning("kill: SIGTERM to %s; SIGKILL in %ss to what is left", [k for k, _ in targets], grace)
-        timer = threading.Timer(grace, _finish, args=[targets])
-        timer.daemon = True
-        timer.start()
+        threading.Thread(target=_watch, args=(targets, grace), name="switchyard-kill", daemon=True).start()
     return [key for key, _ in targets]
 
 
-def _finish(targets):
+#: How often the kill looks whether a signalled group is gone, and how long after SIGKILL.
+WATCH_SECONDS = 0.05
+AFTER_SIGKILL_SECONDS = 2.0
+
+
+def _watch(targets, grace):
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(local.group_alive(pgid) for _, pgid in targets):
+        time.sleep(WATCH_SECONDS)
     for key, pgid in targets:
         # The record outlives a leader that died of the SIGTERM (it never reached mark_done), so
         # the group's stragglers are found here. A record that is gone means the attempt ended by
         # itself and its pool process may run something else now: it is left alone.
-        if local.process_group_of(key) == pgid:
+        if local.group_alive(pgid) and local.process_group_of(key) == pgid:
             local.signal_group(pgid, signal.SIGKILL)
             local.mark_done(key)
+    deadline = time.monotonic() + AFTER_SIGKILL_SECONDS
+    while time.monotonic() < deadline and any(local.group_alive(pgid) for _, pgid in targets):
+        time.sleep(WATCH_SECONDS)
+    gone = [local.parse_attempt_key(key) for key, pgid in targets if not local.group_alive(pgid)]
+    gone = [attempt for attempt in gone if attempt is not None]
+    if gone:
+        try:
+            reports.record_processes_gone(gone)
+        except Exception:  # the engine waits at most the grace for it: a lost report only slows it
+            logger.exception("kill: could not report the stopped attempts %s", gone)
+        finally:
+            connections.close_all()  # this thread's own connections: it ends here

@@ -14,7 +14,7 @@ from django.utils import timezone
 from agents import local
 from agents.models import Agent
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress
+from workflows_app.engine import reports
 from workflows_app.models import Operation
 from workflows_app.states import OperationState
 
@@ -37,7 +37,7 @@ def begin(name, *, register=True, concurrency=None) -> str:
             "concurrency": concurrency, "started_at": now, "last_heartbeat": now})
         lost = Operation.objects.filter(agent=name, state=OperationState.STARTED).exclude(incarnation=incarnation)
         for operation in lost:
-            progress.record_failure(operation, operation.attempt, {
+            reports.record_failure(operation, operation.attempt, {
                 "type": "WorkerLost", "message": f"lost: agent {name} started again", "traceback": ""}, retryable=True)
     connections.close_all()  # never share a connection with the pool processes about to fork
     return incarnation
@@ -145,7 +145,7 @@ def hand_back(keys, reason):
         try:
             operation = Operation.objects.filter(pk=operation_id).first()
             if operation is not None and operation.attempt == int(attempt) and operation.state == OperationState.STARTED:
-                progress.record_failure(operation, operation.attempt,
+                reports.record_failure(operation, operation.attempt,
                                         {"type": "WorkerLost", "message": reason, "traceback": ""}, retryable=True)
         except Exception:
             logger.exception("could not hand back %s", key)

@@ -33,6 +33,14 @@ def attempt_key(operation_id, attempt) -> str:
     return f"{operation_id}.{attempt}"
 
 
+def parse_attempt_key(key):
+    """``(operation id, attempt)`` of a key :func:`attempt_key` made; None for another key."""
+    operation_id, _, attempt = key.rpartition(".")
+    if key.startswith(DISPATCHER_PREFIX) or not operation_id or not attempt.isdigit():
+        return None
+    return operation_id, int(attempt)
+
+
 def dispatcher_key(execution_id) -> str:
     """The name under which an execution's dispatcher is recorded while it runs."""
     return f"{DISPATCHER_PREFIX}{execution_id}"

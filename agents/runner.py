@@ -19,7 +19,7 @@ from django.db import OperationalError
 
 from agents import local
 from workflows_app.dispatch import RUNNER_TASK
-from workflows_app.engine import progress
+from workflows_app.engine import reports
 from workflows_app.engine.graph import resolve
 from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, TransitionRefused
 from workflows_app.models import Execution, Operation
@@ -102,7 +102,7 @@ def _claim(operation, attempt) -> bool:
     if operation.state == OperationState.STARTED:
         if operation.incarnation == local.incarnation() and not local.running_here(operation.pk, attempt):
             # Our own earlier delivery of this attempt died with its pool process.
-            progress.record_failure(operation, attempt, _lost_error("its worker process was lost"), retryable=True)
+            reports.record_failure(operation, attempt, _lost_error("its worker process was lost"), retryable=True)
             return False
         return _drop(operation, attempt, "a duplicate delivery of a started attempt")
     if operation.state == OperationState.SENDING:
@@ -126,25 +126,25 @@ def _run(operation, attempt, dry_run):
     try:
         definition = get_operation(operation.operation)
     except RegistrationError as exc:
-        return _report(progress.record_failure, operation, attempt, _error(exc), retryable=False)
+        return _report(reports.record_failure, operation, attempt, _error(exc), retryable=False)
     args = list(operation.args)
     if operation.input is not None:
         results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
                        .values_list("name", "result"))
         args.insert(0, resolve(operation.input, results))
     if dry_run:
-        return _report(progress.record_success, operation, attempt, None)
+        return _report(reports.record_success, operation, attempt, None)
     try:
         result = definition.func(OperationContext(operation), *args, **operation.kwargs)
     except OperationCancelled as exc:
-        return _report(progress.record_cancelled, operation, attempt, _error(exc))
+        return _report(reports.record_cancelled, operation, attempt, _error(exc))
     except RecoverableError as exc:
-        return _report(progress.record_failure, operation, attempt, _error(exc), retryable=True, retry_after=exc.retry_after)
+        return _report(reports.record_failure, operation, attempt, _error(exc), retryable=True, retry_after=exc.retry_after)
     except NonRecoverableError as exc:
-        return _report(progress.record_failure, operation, attempt, _error(exc), retryable=False)
+        return _report(reports.record_failure, operation, attempt, _error(exc), retryable=False)
     except Exception as exc:
-        return _report(progress.record_failure, operation, attempt, _error(exc), retryable=isinstance(exc, definition.retry_for or ()))
-    _report(progress.record_success, operation, attempt, result)
+        return _report(reports.record_failure, operation, attempt, _error(exc), retryable=isinstance(exc, definition.retry_for or ()))
+    _report(reports.record_success, operation, attempt, result)
 
 
 #: Tries of a report whose transaction the database aborted (a deadlock, a serialization
@@ -194,6 +194,6 @@ def _revoked(request=None, terminated=False, **kwargs):
             return
         if operation.state == OperationState.SENDING:
             operation_transition(operation, OperationState.SENT, attempt=attempt)
-        progress.record_failure(operation, attempt, _lost_error("its Celery message was revoked"), retryable=True)
+        reports.record_failure(operation, attempt, _lost_error("its Celery message was revoked"), retryable=True)
     except Exception:  # a signal handler must not take the worker down
         logger.exception("could not record the revoke of %s", getattr(request, "id", "?"))

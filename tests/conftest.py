@@ -10,6 +10,7 @@ import os
 import pytest
 from django.db import connection
 
+from workflows_app import dispatch
 from workflows_app.models import Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
 
@@ -70,3 +71,17 @@ def running(make_execution, make_operation):
     make_operation(OperationState.STARTED, execution, name="busy", attempt=1)
     make_operation(OperationState.PENDING, execution, name="next")
     return execution
+
+
+@pytest.fixture
+def outbox(monkeypatch):
+    """What the engine would have sent to the broker, recorded instead: ``outbox["advance"]``
+    (execution ids), ``["operation"]`` (step names), ``["revoke"]`` (task ids, terminate),
+    ``["kill"]`` (the attempts of each broadcast kill)."""
+    sent = {"advance": [], "operation": [], "revoke": [], "kill": []}
+    monkeypatch.setattr(dispatch, "send_advance", lambda pk: sent["advance"].append(str(pk)))
+    monkeypatch.setattr(dispatch, "send_operations", lambda ops: sent["operation"].extend(op.name for op in ops))
+    monkeypatch.setattr(dispatch, "revoke", lambda ids, terminate=False: sent["revoke"].append((list(ids), terminate)))
+    monkeypatch.setattr(dispatch, "broadcast_kill",
+                        lambda pk, attempts=(), dispatcher=False: sent["kill"].append([(str(a), n) for a, n in attempts]))
+    return sent

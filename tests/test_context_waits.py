@@ -14,8 +14,8 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from workflows_app import dispatch, services
-from workflows_app.engine import dispatcher, progress, timers
+from workflows_app import services
+from workflows_app.engine import dispatcher, reports, timers
 from workflows_app.errors import ActionRefused, ParameterError
 from workflows_app.models import Event, Execution, Operation, Wait
 from workflows_app.states import EventType, ExecutionStatus, OperationState, WaitOutcome
@@ -30,18 +30,6 @@ SHORT = 0.3
 def test_workflows():
     with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"]):
         yield
-
-
-@pytest.fixture
-def outbox(monkeypatch):
-    """What would have gone to the broker: ``outbox["advance"]``, ``["revoke"]``, ``["kill"]``."""
-    sent = {"advance": [], "operation": [], "revoke": [], "kill": []}
-    monkeypatch.setattr(dispatch, "send_advance", lambda pk: sent["advance"].append(str(pk)))
-    monkeypatch.setattr(dispatch, "send_operations", lambda ops: sent["operation"].extend(op.name for op in ops))
-    monkeypatch.setattr(dispatch, "revoke", lambda ids, terminate=False: sent["revoke"].append((list(ids), terminate)))
-    monkeypatch.setattr(dispatch, "broadcast_kill",
-                        lambda pk, attempts=(), dispatcher=False: sent["kill"].append([(str(a), n) for a, n in attempts]))
-    return sent
 
 
 def advance(execution) -> Execution:
@@ -215,7 +203,7 @@ def test_what_a_cancelled_step_reports_later_is_kept_as_a_stale_report(django_ca
     services.send_event(execution.pk, "cancel")
     advance(execution)
     victim.refresh_from_db()
-    assert progress.record_success(victim, victim.attempt, {"late": True}) is False
+    assert reports.record_success(victim, victim.attempt, {"late": True}) is False
     stale = Event.objects.get(execution_id=execution.pk, type=EventType.STALE_REPORT)
     assert stale.data["result"] == {"late": True}
     victim.refresh_from_db()
@@ -227,7 +215,7 @@ def _succeed(execution, name, result):
     operation = Operation.objects.get(execution_id=execution.pk, name=name)
     Operation.objects.filter(pk=operation.pk).update(state=OperationState.STARTED)  # test set-up
     operation.refresh_from_db()
-    assert progress.record_success(operation, operation.attempt, result)
+    assert reports.record_success(operation, operation.attempt, result)
 
 
 def test_cancelling_an_ended_step_is_a_no_op_and_so_is_its_replay():

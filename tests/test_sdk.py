@@ -8,7 +8,7 @@ from workflows_app.errors import ParameterError, RegistrationError
 
 def test_the_public_surface_is_pinned():
     assert sdk.__all__ == ["workflow", "operation", "RecoverableError", "NonRecoverableError",
-                           "OperationCancelled", "EventTimeout", "StepFailed",
+                           "OperationCancelled", "EventTimeout", "StepFailed", "NonDeterministicWorkflow",
                            "register_status_listener", "unregister_status_listener"]
     for name in sdk.__all__:
         assert getattr(sdk, name) is not None

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from workflows_app import services
-from workflows_app.engine import progress
+from workflows_app.engine import policy
 from workflows_app.errors import ActionRefused, StaleToken
 from workflows_app.models import Event, Execution, Operation, OperationDependency
 from workflows_app.states import ExecutionStatus, OperationState
@@ -115,11 +115,11 @@ def test_a_dispatcher_holding_the_token_from_before_a_resume_changes_nothing(mak
 def test_a_resumed_execution_gets_its_whole_timeout_again(make_execution):
     long_ago = timezone.now() - timedelta(hours=2)
     execution = make_execution(status=ExecutionStatus.FAILED, token_hash="f" * 64, started_at=long_ago, timeout=3600)
-    assert progress.timeout_due(execution)
+    assert policy.timeout_due(execution)
     services.resume(execution.pk)
     execution.refresh_from_db()
-    assert not progress.timeout_due(execution)
-    assert progress.timeout_due(execution, timezone.now() + timedelta(seconds=3601))
+    assert not policy.timeout_due(execution)
+    assert policy.timeout_due(execution, timezone.now() + timedelta(seconds=3601))
 
 
 def test_resume_execution_command_resumes_and_prints_the_status(failed, capsys):

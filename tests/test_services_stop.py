@@ -70,9 +70,9 @@ def test_cancel_cancels_what_has_not_started_and_awaits_what_runs(running):
 def test_a_cancelling_execution_ends_cancelled_once_its_running_operation_ended(running):
     services.cancel(running.pk)
     busy = Operation.objects.get(execution_id=running.pk, name="busy")
-    from workflows_app.engine import progress
+    from workflows_app.engine import reports
 
-    progress.record_success(busy, 1, "done anyway")
+    reports.record_success(busy, 1, "done anyway")
     execution = Execution.objects.get(pk=running.pk)
     stopping.carry_on(execution)  # what the dispatcher does when that report wakes it
     assert Execution.objects.get(pk=running.pk).status == "cancelled"
@@ -81,11 +81,11 @@ def test_a_cancelling_execution_ends_cancelled_once_its_running_operation_ended(
 
 
 def test_a_retryable_failure_while_cancelling_is_not_retried(running):
-    from workflows_app.engine import progress
+    from workflows_app.engine import reports
 
     services.cancel(running.pk)
     busy = Operation.objects.get(execution_id=running.pk, name="busy")
-    progress.record_failure(busy, 1, {"type": "RecoverableError", "message": "try again", "traceback": ""}, retryable=True)
+    reports.record_failure(busy, 1, {"type": "RecoverableError", "message": "try again", "traceback": ""}, retryable=True)
     assert Operation.objects.get(pk=busy.pk).state == "failed"
 
 
@@ -102,11 +102,11 @@ def test_force_cancel_ends_it_at_once_operations_first(running, source):
 
 
 def test_a_late_report_after_force_cancel_is_kept_and_changes_nothing(running):
-    from workflows_app.engine import progress
+    from workflows_app.engine import reports
 
     services.force_cancel(running.pk)
     busy = Operation.objects.get(execution_id=running.pk, name="busy")
-    assert progress.record_success(Operation.objects.get(pk=busy.pk), 1, {"late": True}) is False
+    assert reports.record_success(Operation.objects.get(pk=busy.pk), 1, {"late": True}) is False
     stale = Event.objects.get(execution_id=running.pk, type="stale_report")
     assert stale.operation == "busy" and stale.data["result"] == {"late": True}
     assert Operation.objects.get(pk=busy.pk).state == "cancelled"

@@ -436,5 +436,98 @@ def bad_wait(ctx, case):
         ctx.cancel_step(3.5)
 
 
+# --- a step's failure in workflow code (SPEC §7; tests/integration/test_failures.py) ------------
+
+SAGA_STYLES = ("execute", "graph", "canvas")
+
+
+@workflow(name="it_saga")
+def saga(ctx, agent, style, pack_seconds=2.0, spawn=False, reraise=False, tags=""):
+    """An order: ``reserve``; then ``pack`` (slow) beside ``charge`` (fails for good); then
+    ``ship`` after both — as ``ctx.execute`` calls, a graph or a Celery canvas (``style``).
+    The charge's failure is caught: the workflow refunds (``refund``, a new step) and records
+    what it saw; with ``reraise`` it records it and lets the StepFailed go on. Each step marks
+    its name after the prefix ``tags``."""
+    try:
+        if style == "execute":
+            ctx.await_execute("reserve", step, tags + "reserve", agent=agent)
+            pack = ctx.execute("pack", step, tags + "pack", sleep=pack_seconds, spawn=spawn, agent=agent)
+            charge = ctx.execute("charge", step, tags + "charge", fail="nonrecoverable", agent=agent)
+            pack.wait()
+            charge.wait()
+            ctx.await_execute("ship", step, tags + "ship", agent=agent)
+        elif style == "graph":
+            g = ctx.graph()
+            reserve = g.add("reserve", step, tags + "reserve", agent=agent)
+            pack = g.add("pack", step, tags + "pack", sleep=pack_seconds, spawn=spawn, agent=agent, depends_on=[reserve])
+            charge = g.add("charge", step, tags + "charge", fail="nonrecoverable", agent=agent, depends_on=[reserve])
+            g.add("ship", step, tags + "ship", agent=agent, depends_on=[pack, charge])
+            g.run()
+        else:
+            ctx.run_canvas(chain(
+                step.si(tags + "reserve").set(step="reserve", queue=agent),
+                group(step.si(tags + "pack", sleep=pack_seconds, spawn=spawn).set(step="pack", queue=agent),
+                      step.si(tags + "charge", fail="nonrecoverable").set(step="charge", queue=agent)),
+                step.si(tags + "ship").set(step="ship", queue=agent)))
+    except StepFailed as failure:
+        saw = {"failed": failure.cause or failure.step, "error": failure.error.get("type")}
+        if reraise:
+            ctx.set_payload({"saw": saw})
+            raise
+        ctx.set_payload({"saw": saw, "refund": ctx.await_execute("refund", step, tags + "refund", agent=agent)})
+        return
+    ctx.set_payload({"shipped": True})
+
+
+@workflow(name="it_buggy", on_unhandled="retry")
+def buggy(ctx, agent, fixed_path):
+    """``before``; then a bug in the workflow code itself until ``fixed_path`` exists (a test
+    "deploys the fix" by creating it); then ``after``."""
+    ctx.await_execute("before", step, "before", agent=agent)
+    if not os.path.exists(fixed_path):
+        raise RuntimeError("a bug in the workflow code: the fix is not deployed yet")
+    ctx.set_payload({"after": ctx.await_execute("after", step, "after", agent=agent)})
+
+
+@workflow(name="it_changing")
+def changing(ctx, agent, changed_path, change):
+    """Step ``x``, then the event ``go``. Once ``changed_path`` exists, the code asks for ``x``
+    differently — another operation, or other arguments (``change``) — as a careless deploy would."""
+    changed = os.path.exists(changed_path)
+    if changed and change == "operation":
+        ctx.await_execute("x", where, "x", agent=agent)
+    elif changed and change == "arguments":
+        ctx.await_execute("x", step, "x", value=2, agent=agent)
+    else:
+        ctx.await_execute("x", step, "x", value=1, agent=agent)
+    ctx.await_event("go")
+    ctx.set_payload({"done": True})
+
+
+
+@workflow(name="it_event_first")
+def event_first(ctx, agent):
+    """Starts ``a`` and, before it waits on it, waits for the event ``go``."""
+    a = ctx.execute("a", step, "a", agent=agent)
+    ctx.await_event("go")
+    ctx.set_payload({"a": a.wait()})
+
+
+@workflow(name="it_swallows_nondeterminism")
+def swallows_nondeterminism(ctx, agent, changed_path):
+    """Asks for ``x`` with other arguments once ``changed_path`` exists, and catches everything."""
+    try:
+        ctx.execute("x", step, "x", value=2 if os.path.exists(changed_path) else 1, agent=agent)
+    except Exception:  # noqa: BLE001 — what a careless workflow does; the guard must still hold
+        pass
+    ctx.await_event("go")
+
+
+@workflow(name="it_tuple_args")
+def tuple_args(ctx, agent):
+    """A step whose argument is a tuple: stored as a JSON list, asked again as a tuple."""
+    ctx.set_payload({"t": ctx.await_execute("t", step, "t", value=(1, 2), agent=agent)})
+
+
 # --- canvases compared with plain Celery (tests/canvas_workflows.py) -------------------------
 from tests import canvas_workflows  # noqa: E402,F401  (registers its workflows, operations and Celery tasks)

@@ -8,7 +8,8 @@
     │   ├── NonRecoverableError       an operation failed; never retry it
     │   ├── OperationCancelled        the operation stopped because its execution is cancelling
     │   ├── EventTimeout              await_event waited longer than its timeout
-    │   └── StepFailed                a step the workflow waits on failed for good
+    │   ├── StepFailed                a step the workflow waits on failed for good
+    │   └── NonDeterministicWorkflow  a replay asked for a stored step with another operation or arguments
     ├── TransitionRefused             a status/state change that was not applied
     │   ├── InvalidTransition         the pair is not in the table, or the row changed under us
     │   ├── StaleToken                the caller's execution token is no longer current
@@ -71,16 +72,40 @@ class EventTimeout(WorkflowError):
 
 
 class StepFailed(WorkflowError):
-    """A step the workflow waits on ended failed (or cancelled) for good."""
+    """A step the workflow waits on ended failed (or cancelled) for good.
 
-    def __init__(self, step="", error=None):
-        super().__init__(step, error)
+    ``step``: its name; ``error``: its stored error (``{"type", "message", "traceback"}``);
+    ``cause``: for a step the engine cancelled because another one failed (a dependency, or
+    the failure mode), the name of that step; else ``None``."""
+
+    def __init__(self, step="", error=None, cause=None):
+        super().__init__(step, error, cause)
         self.step = step
         self.error = error
+        self.cause = cause
 
     def __str__(self):
         detail = (self.error or {}).get("message") if isinstance(self.error, dict) else self.error
         return f"step {self.step!r} failed" + (f": {detail}" if detail else "")
+
+
+class NonDeterministicWorkflow(WorkflowError):
+    """A replay of the workflow asked for a stored step name with another operation or other
+    arguments than the ones stored under it (the workflow code changed, or depends on something
+    that is not durable). ``stored`` and ``requested`` are ``{"operation", "args", "kwargs"}``."""
+
+    def __init__(self, step="", stored=None, requested=None):
+        super().__init__(step, stored, requested)
+        self.step, self.stored, self.requested = step, stored, requested
+
+    def __str__(self):
+        def call(c):
+            c = c or {}
+            return f"{c.get('operation')!s} args={c.get('args')!r} kwargs={c.get('kwargs')!r}"
+
+        return (f"non-deterministic workflow: step {self.step!r} was stored as {call(self.stored)}, "
+                f"and this replay asked for {call(self.requested)}; workflow code must ask for the same "
+                "steps, with the same operations and arguments, in the same order on every run")
 
 
 class TransitionRefused(SwitchyardError):

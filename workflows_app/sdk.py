@@ -5,6 +5,7 @@
 
 from workflows_app.errors import (
     EventTimeout,
+    NonDeterministicWorkflow,
     NonRecoverableError,
     OperationCancelled,
     RecoverableError,
@@ -23,6 +24,7 @@ __all__ = [
     "OperationCancelled",
     "EventTimeout",
     "StepFailed",
+    "NonDeterministicWorkflow",
     # lifecycle listeners
     "register_status_listener",
     "unregister_status_listener",

@@ -8,7 +8,7 @@ from django.db import DatabaseError, transaction
 
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress, queueing, stopping, waits
+from workflows_app.engine import failures, queueing, steps, stopping, waits
 from workflows_app.errors import ActionRefused, ExistingRunningExecution, ParameterError
 from workflows_app.models import Event, Execution
 from workflows_app.registry import get_workflow
@@ -110,7 +110,7 @@ def kill(execution_id) -> Execution:
     execution it only stops the processes of leftover operations, and the status stays."""
     execution = Execution.objects.get(pk=execution_id)
     if execution.status in EXECUTION_TERMINAL:
-        progress.stop_attempts(execution.pk, stopping.leftover_attempts(execution), dispatcher=True)
+        steps.stop_attempts(execution.pk, stopping.leftover_attempts(execution), dispatcher=True)
         return execution
     # A dispatcher running the workflow function holds the row lock (an execution it is starting
     # still reads pending from outside): it is stopped first, which lets the lock go — its
@@ -121,7 +121,7 @@ def kill(execution_id) -> Execution:
         if execution.status in EXECUTION_WAITING:
             return execution_transition(execution, ExecutionStatus.CANCELLED, message="kill: cancelled before it started")
         if execution.status in EXECUTION_TERMINAL:  # it ended while we waited for the lock
-            progress.stop_attempts(execution.pk, stopping.leftover_attempts(execution))
+            steps.stop_attempts(execution.pk, stopping.leftover_attempts(execution))
             return execution
         if execution.status != ExecutionStatus.KILL_CANCELLING:
             execution_transition(execution, ExecutionStatus.KILL_CANCELLING, renew_token=True, message="kill requested")
@@ -160,7 +160,8 @@ def _resume(execution_id, action, allowed, reset_states) -> Execution:
         execution_transition(execution, ExecutionStatus.STARTED, renew_token=True, error="",
                              message=f"{action} requested ({previous} -> started)",
                              data={"action": action, "error": execution.error[:2000]})
-        progress.reset_operations(execution, reset_states, f"reset by {action}")
+        steps.reset(execution, reset_states, f"reset by {action}")
+        failures.skip_backoff(execution)
         transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
     return execution
 

@@ -56,6 +56,7 @@ class EventType(models.TextChoices):
     EVENT_RECEIVED = "event_received"
     LISTENER_FAILED = "listener_failed"
     STALE_REPORT = "stale_report"
+    WORKFLOW_RETRYING = "workflow_retrying"
     LOG = "log"
 
 
@@ -153,6 +154,7 @@ class WaitKind(models.TextChoices):
 
     EVENT = "event"  # ctx.await_event / ctx.wait_for_event
     SLEEP = "sleep"  # ctx.sleep
+    RETRY = "retry"  # the backoff before the next try of a workflow declared on_unhandled="retry"
 
 
 class WaitOutcome(models.TextChoices):

@@ -2,29 +2,27 @@
 
 The dispatcher runs the workflow function from the top each time it has something to decide.
 A step whose name is already stored is not stored or sent again: its handle reports the
-stored state. When the function needs a step that is not done, it *suspends*: ``Suspend``
-unwinds it, the dispatcher commits what was stored, and the function holds no thread or
-process until a completion wakes the execution again.
+stored state (and a replay that asks for another call under that name is refused:
+``NonDeterministicWorkflow``). When the function needs a step that is not done, it *suspends*
+(``handles.Suspend``), the dispatcher commits what was stored, and the function holds no thread
+or process until a completion wakes the execution again.
+
+The context also notes which failed steps the code was shown (a wait raised ``StepFailed``):
+the dispatcher counts those as handled when the code goes on (SPEC §7).
 """
 
-from django.db import transaction
+from dataclasses import replace
 
-from workflows_app import dispatch
-from workflows_app.conf import workflows_settings
 from workflows_app.engine import graph as graphs
-from workflows_app.engine import progress, waits
-from workflows_app.errors import EventTimeout, StepFailed, TransitionRefused, WorkflowError
-from workflows_app.models import Operation, OperationDependency, Wait
+from workflows_app.engine import steps, waits
+from workflows_app.engine.canvas import compile_canvas
+from workflows_app.engine.handles import ENDED_BADLY, AllOf, AnyOf, NoneOf, StepHandle, Suspend, WaitHandle
+from workflows_app.errors import NonDeterministicWorkflow, StepFailed, WorkflowError
+from workflows_app.models import Wait
 from workflows_app.registry import get_operation, operation_name
-from workflows_app.states import OperationState, WaitKind, WaitOutcome
-from workflows_app.transitions import operation_transition
+from workflows_app.states import OperationState, WaitKind
 
 STEP_OPTIONS = ("max_retries", "retry_interval", "timeout")
-
-
-class Suspend(BaseException):
-    """The workflow needs a step that is not done yet. A BaseException, so that a workflow's
-    own ``except Exception`` cannot swallow it."""
 
 
 class WorkflowFailed(WorkflowError):
@@ -33,147 +31,6 @@ class WorkflowFailed(WorkflowError):
 
 class WorkflowCancelled(WorkflowError):
     """``ctx.cancel(reason)``: end the execution cancelled, after cancelling running steps."""
-
-
-class StepHandle:
-    """A step started by ``ctx.execute`` (or a graph node): ``wait()``, ``result()``, ``state``."""
-
-    def __init__(self, ctx, name):
-        self._ctx, self.name = ctx, name
-
-    @property
-    def _operation(self):
-        return self._ctx._operations[self.name]
-
-    @property
-    def state(self):
-        return OperationState(self._operation.state)
-
-    @property
-    def done(self):
-        return self._operation.is_terminal
-
-    def wait(self):
-        """The step's result; suspends the workflow until it is done; ``StepFailed`` if it failed."""
-        operation = self._operation
-        if operation.state == OperationState.SUCCEEDED:
-            return operation.result
-        if operation.state in (OperationState.FAILED, OperationState.CANCELLED):
-            raise StepFailed(self.name, operation.error or {"message": operation.state})
-        raise Suspend(self.name)
-
-    result = wait
-
-    def __repr__(self):
-        return f"<StepHandle {self.name} {self._operation.state}>"
-
-    def cancel(self):
-        """``ctx.cancel_step(self)``: True if the step was cancelled now, False if it had ended."""
-        return self._ctx.cancel_step(self)
-
-
-class AllOf:
-    def __init__(self, handles):
-        self.handles = handles
-
-    def wait(self):
-        for handle in self.handles:  # a failure anywhere fails the whole, even before the rest ends
-            if handle.state in (OperationState.FAILED, OperationState.CANCELLED):
-                handle.wait()
-        return [handle.wait() for handle in self.handles]
-
-
-class AnyOf:
-    def __init__(self, handles):
-        self.handles = handles
-
-    def wait(self):
-        for handle in self.handles:
-            if handle.state == OperationState.SUCCEEDED:
-                return handle.wait()
-        if all(handle.done for handle in self.handles):
-            self.handles[0].wait()  # every one failed: raise the first's failure
-        raise Suspend("any_of")
-
-
-#: A wait's outcome as the state of a step, so that all_of / any_of / none_of mix both.
-_WAIT_STATE = {
-    WaitOutcome.WAITING: OperationState.STARTED,
-    WaitOutcome.RECEIVED: OperationState.SUCCEEDED,
-    WaitOutcome.ELAPSED: OperationState.SUCCEEDED,
-    WaitOutcome.TIMED_OUT: OperationState.FAILED,
-    WaitOutcome.CANCELLED: OperationState.CANCELLED,
-}
-
-
-class WaitHandle:
-    """A stored wait (``ctx.wait_for_event``; ``ctx.sleep`` uses one too), with a StepHandle's
-    interface: ``wait()``, ``result()``, ``state``, ``done``, ``cancel()``.
-
-    ``wait()`` returns the event's payload (``None`` for a sleep), raises ``EventTimeout`` once
-    the wait timed out and ``StepFailed`` once it was cancelled, and otherwise suspends the
-    workflow. ``state`` is an ``OperationState``: ``started`` while waiting, ``succeeded``,
-    ``failed`` (timed out) or ``cancelled``."""
-
-    def __init__(self, ctx, wait):
-        self._ctx, self._wait = ctx, wait
-
-    @property
-    def name(self):
-        return self._wait.key
-
-    @property
-    def outcome(self):
-        return WaitOutcome(self._wait.outcome)
-
-    @property
-    def state(self):
-        return _WAIT_STATE[self.outcome]
-
-    @property
-    def done(self):
-        return self.outcome != WaitOutcome.WAITING
-
-    def wait(self):
-        wait = self._wait
-        if wait.outcome in (WaitOutcome.RECEIVED, WaitOutcome.ELAPSED):
-            return wait.payload
-        if wait.outcome == WaitOutcome.TIMED_OUT:
-            raise EventTimeout(wait.name, wait.timeout)
-        if wait.outcome == WaitOutcome.CANCELLED:
-            raise StepFailed(self.name, {"type": "Cancelled", "message": "the wait was cancelled"})
-        raise Suspend(self.name)
-
-    result = wait
-
-    def cancel(self):
-        """``ctx.cancel_step(self)``: True if the wait was cancelled now, False if it had ended."""
-        return self._ctx.cancel_step(self)
-
-    def __repr__(self):
-        return f"<WaitHandle {self.name} {self._wait.outcome}>"
-
-
-class NoneOf:
-    """``ctx.none_of(*handles)``: Axon's ``noneMatch`` with "the step succeeded" as the match.
-
-    ``wait()`` returns ``False`` as soon as one of the handles succeeded (short-circuit, as
-    ``any_of``: the others are neither awaited nor cancelled), ``True`` once every one ended
-    without succeeding — failed, cancelled, or an event wait timed out — and otherwise suspends.
-    It never raises a handle's failure: that no step succeeded is its answer. The usual use:
-    ``if ctx.none_of(approval_a, approval_b).wait(): escalate()``."""
-
-    def __init__(self, handles):
-        self.handles = handles
-
-    def wait(self):
-        if any(handle.state == OperationState.SUCCEEDED for handle in self.handles):
-            return False
-        if all(handle.done for handle in self.handles):
-            return True
-        raise Suspend("none_of")
-
-    result = wait
 
 
 class GraphBuilder:
@@ -186,9 +43,7 @@ class GraphBuilder:
         options = {key: kwargs.pop(key) for key in STEP_OPTIONS if kwargs.get(key) is not None}
         for key in STEP_OPTIONS:
             kwargs.pop(key, None)
-        node = graphs.NodeSpec(name=name, operation=operation_name(op), args=tuple(args), kwargs=kwargs, agent=agent,
-                               depends_on=tuple(_name_of(d) for d in depends_on), options=options)
-        self._nodes.append(node)
+        self._nodes.append(_node(name, op, args, kwargs, agent, depends_on, options))
         return name
 
     def run(self):
@@ -197,6 +52,11 @@ class GraphBuilder:
         names = [node.name for node in self._nodes]
         self._ctx._wait_graph(names)
         return {name: self._ctx._operations[name].result for name in names}
+
+
+def _node(name, op, args, kwargs, agent, depends_on, options):
+    return graphs.NodeSpec(name=name, operation=operation_name(op), args=tuple(args), kwargs=kwargs, agent=agent,
+                           depends_on=tuple(_name_of(d) for d in depends_on), options=options)
 
 
 def _name_of(dependency):
@@ -213,6 +73,13 @@ class WorkflowContext:
         self._payload_changed = False
         self._waits = None  # key -> Wait, read on the first wait call (a workflow that never waits reads none)
         self._wait_calls = {}  # prefix -> how many waits of that prefix this replay reached
+        # Failures not handled yet (no step fails while a replay holds the execution's lock),
+        # and the failed steps this replay showed the code.
+        self._unhandled = {op.name for op in self._operations.values()
+                           if op.state == OperationState.FAILED and not op.failure_handled}
+        self._seen = set()
+        # The determinism guard's finding: it fails the execution even if the code caught it.
+        self._nondeterminism = None
 
     # --- what the workflow reads ---------------------------------------------------------
     @property
@@ -237,12 +104,9 @@ class WorkflowContext:
     # --- steps ---------------------------------------------------------------------------
     def execute(self, name, op, *args, agent=None, depends_on=(), max_retries=None, retry_interval=None, timeout=None, **kwargs):
         """Start step ``name`` (once: a stored step is not started again); returns its handle."""
-        if name not in self._operations:
-            options = {k: v for k, v in (("max_retries", max_retries), ("retry_interval", retry_interval),
-                                          ("timeout", timeout)) if v is not None}
-            node = graphs.NodeSpec(name=name, operation=operation_name(op), args=tuple(args), kwargs=kwargs, agent=agent,
-                                   depends_on=tuple(_name_of(d) for d in depends_on), options=options)
-            self._store([node], awaited=True)
+        options = {k: v for k, v in (("max_retries", max_retries), ("retry_interval", retry_interval),
+                                      ("timeout", timeout)) if v is not None}
+        self._store([_node(name, op, args, kwargs, agent, depends_on, options)], awaited=True)
         return StepHandle(self, name)
 
     def await_execute(self, *args, **kwargs):
@@ -250,17 +114,17 @@ class WorkflowContext:
         return self.execute(*args, **kwargs).wait()
 
     def all_of(self, *handles):
-        return AllOf(handles)
+        return AllOf(self, handles)
 
     def any_of(self, *handles):
-        return AnyOf(handles)
+        return AnyOf(self, handles)
 
     def none_of(self, *handles):
         """True once every handle ended without succeeding, False as soon as one succeeded (``NoneOf``)."""
         for handle in handles:
             if not isinstance(handle, (StepHandle, WaitHandle)):
                 raise TypeError(f"none_of takes step and wait handles, not {type(handle).__name__}")
-        return NoneOf(handles)
+        return NoneOf(self, handles)
 
     def graph(self):
         return GraphBuilder(self)
@@ -270,8 +134,6 @@ class WorkflowContext:
         returns what Celery would (a chain its last result, a group the list, a chord the body's).
         The first canvas of a workflow keeps its names as they are; the n-th (n > 1) is
         prefixed ``n-1/`` so that two canvases never share a step."""
-        from workflows_app.engine.canvas import compile_canvas
-
         self._canvas_calls += 1
         compiled = compile_canvas(canvas, lambda sig: get_operation(sig.task).name)
         nodes = compiled.nodes
@@ -322,7 +184,8 @@ class WorkflowContext:
             raise TypeError(f"cancel_step takes a step handle or a step name, not {type(handle).__name__}")
         if name not in self._operations:
             raise WorkflowError(f"cancel_step: no step named {name!r} in this execution")
-        return self._cancel_operation(self._operations[name], "cancelled by the workflow (cancel_step)")
+        return bool(steps.cancel(self._execution, [self._operations[name]], "cancelled by the workflow (cancel_step)",
+                                 dependents=True, known=self._operations))
 
     def set_payload(self, payload):
         if not isinstance(payload, dict):
@@ -337,48 +200,56 @@ class WorkflowContext:
         raise WorkflowCancelled(reason)
 
     # --- inside --------------------------------------------------------------------------
+    def _unhandled_failures(self):
+        """Names of the failed steps whose failure is not handled and that this replay has not
+        shown the code."""
+        return self._unhandled - self._seen
+
+    def _handled_failures(self):
+        """Names of the failed steps, not handled before, that this replay showed the code."""
+        return self._unhandled & self._seen
+
     def _store(self, nodes, *, awaited):
-        """Store the nodes not stored yet (the graph whole, before anything is sent), then send
-        those whose dependencies have all succeeded."""
-        new = [node for node in nodes if node.name not in self._operations]
-        if not new:
-            return
-        graphs.validate(new, known=set(self._operations))
-        settings = workflows_settings
-        rows = []
-        for node in new:
-            definition = get_operation(node.operation)
-            unfinished = sum(1 for dep in node.depends_on
-                             if dep not in self._operations or self._operations[dep].state != OperationState.SUCCEEDED)
-            rows.append(Operation(
-                execution=self._execution, name=node.name, operation=node.operation, args=list(node.args),
-                kwargs=dict(node.kwargs), agent=node.agent or settings.MANAGEMENT_QUEUE,
-                input=node.input.to_json() if node.input is not None else None, awaited=awaited,
-                max_retries=_first(node.options.get("max_retries"), definition.max_retries, settings.MAX_RETRIES),
-                retry_interval=_first(node.options.get("retry_interval"), definition.retry_interval, settings.RETRY_INTERVAL),
-                retry_backoff=definition.retry_backoff,
-                timeout=_first(node.options.get("timeout"), definition.timeout, None),
-                pending_dependencies=unfinished,
-            ))
-        Operation.objects.bulk_create(rows)
-        for row in rows:
-            self._operations[row.name] = row
-        OperationDependency.objects.bulk_create([
-            OperationDependency(operation=self._operations[node.name], depends_on=self._operations[dep])
-            for node in new for dep in node.depends_on
-        ])
-        progress.send_ready(self._execution, rows)
+        """Store the nodes not stored yet and send those that may start (``steps.store``); a new
+        node that depends on a step which failed or was cancelled can never start: cancelled."""
+        try:
+            rows = steps.store(self._execution, self._operations, nodes, awaited=awaited,
+                               failed=bool(self._unhandled_failures()))
+        except NonDeterministicWorkflow as exc:
+            self._nondeterminism = exc
+            raise
+        new = {row.name for row in rows}
+        doomed = {dep for node in nodes if node.name in new for dep in node.depends_on
+                  if dep not in new and self._operations[dep].state in ENDED_BADLY}
+        if doomed:
+            steps.cancel_dependents(self._execution, [self._operations[name] for name in doomed], self._operations)
 
     def _wait_graph(self, names):
-        """Return when every node succeeded; ``StepFailed`` once a node failed and the graph can
-        make no more progress; otherwise suspend."""
+        """Return when every node succeeded; ``StepFailed`` once one did not and nothing more of
+        the graph can run; otherwise suspend."""
         operations = [self._operations[name] for name in names]
         if all(op.state == OperationState.SUCCEEDED for op in operations):
             return
-        failed = [op for op in operations if op.state in (OperationState.FAILED, OperationState.CANCELLED)]
-        if failed and not progress.can_progress(self._execution):
-            raise StepFailed(failed[0].name, failed[0].error or {"message": failed[0].state})
-        raise Suspend(names[0])
+        if any(not op.is_terminal for op in operations):
+            raise Suspend(names[0])
+        raise self._step_failed([op for op in operations if op.state in ENDED_BADLY])
+
+    def _saw(self, operations):
+        """The code was shown these steps' failures (and those they follow from)."""
+        for operation in operations:
+            self._seen.add(operation.name)
+            cause = (operation.error or {}).get("cause") if isinstance(operation.error, dict) else None
+            if cause:
+                self._seen.add(cause)
+
+    def _step_failed(self, operations):
+        """The ``StepFailed`` a wait raises over ``operations`` (those of it that ended without
+        succeeding): for the first that failed — the cause — else the first cancelled."""
+        self._saw(operations)
+        failed = [op for op in operations if op.state == OperationState.FAILED]
+        first = min(failed, key=lambda op: (op.failed_at is None, op.failed_at or 0)) if failed else operations[0]
+        error = first.error or {"type": "Cancelled", "message": first.state}
+        return StepFailed(first.name, error, error.get("cause") if isinstance(error, dict) else None)
 
     def _wait_for(self, kind, prefix, name, timeout):
         """The stored wait this call is on every replay (``<prefix>#<k>``, the k-th such call),
@@ -393,44 +264,8 @@ class WorkflowContext:
             wait = self._waits[key] = waits.open_wait(self._execution, key, kind, name, timeout)
         return WaitHandle(self, waits.settle(wait))
 
-    def _cancel_operation(self, operation, message):
-        """Cancel first, terminate after, for one operation (see ``cancel_step``)."""
-        error = {"type": "Cancelled", "message": message, "traceback": ""}
-        for _ in range(3):  # an agent may move it on (sent -> started) meanwhile: read it again
-            if operation.is_terminal:
-                return False
-            was = OperationState(operation.state)
-            try:
-                operation_transition(operation, OperationState.CANCELLED, message=message, error=error)
-            except TransitionRefused:
-                operation.refresh_from_db()
-                continue
-            if was == OperationState.STARTED:
-                progress.stop_attempts(self._execution.pk, [(operation.pk, operation.attempt)])
-            elif was in (OperationState.SENDING, OperationState.SENT):
-                task_id = operation.task_id
-                transaction.on_commit(lambda: dispatch.revoke([task_id]))
-            self._cancel_dependents(operation)
-            return True
-        raise WorkflowError(f"cancel_step: step {operation.name!r} kept changing state; not cancelled")
-
-    def _cancel_dependents(self, operation):
-        """Steps that wait for ``operation`` (directly or not) can never start: cancel them."""
-        by_pk = {op.pk: op for op in self._operations.values()}
-        dependents = OperationDependency.objects.filter(depends_on_id=operation.pk).values_list("operation_id", flat=True)
-        for pk in dependents:
-            dependent = by_pk.get(pk)
-            if dependent is not None and dependent.state == OperationState.PENDING:
-                self._cancel_operation(dependent, f"not started: {operation.name} was cancelled")
-
-
-def _first(*values):
-    return next((v for v in values if v is not None), None)
-
 
 def _prefixed(node, prefix):
-    from dataclasses import replace
-
     return replace(node, name=prefix + node.name, depends_on=tuple(prefix + d for d in node.depends_on),
                    input=graphs.Input.from_json(_prefix_input(node.input.to_json(), prefix)) if node.input is not None else None)
 

@@ -1,30 +1,29 @@
 """The dispatcher: one run of ``advance(execution_id)`` on a manager.
 
 It takes the execution's row lock (one advancer at a time, on any manager), starts a pending
-execution, applies the failure mode when an operation has failed, runs the workflow function
-with durable replay until it returns or suspends, and ends the execution — cancelling every
-operation that is not terminal first, and only then writing the terminal event.
+execution, applies the failure mode while a step's failure is unhandled, runs the workflow
+function with durable replay until it returns or suspends, and ends the execution — cancelling
+every operation that is not terminal first, and only then writing the terminal event.
 """
 
 import logging
 import traceback
-from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
-from workflows_app.engine import progress, stopping
-from workflows_app.engine.context import Suspend, WorkflowCancelled, WorkflowContext, WorkflowFailed
+from workflows_app.engine import failures, policy, stopping
+from workflows_app.engine.context import WorkflowCancelled, WorkflowContext, WorkflowFailed
+from workflows_app.engine.handles import Suspend
+from workflows_app.engine.steps import cancel_in_states
 from workflows_app.errors import RegistrationError, StepFailed
 from workflows_app.models import Execution, Operation
 from workflows_app.registry import get_workflow
 from workflows_app.states import (
     EXECUTION_CANCELLING,
     OPERATION_ACTIVE,
-    OPERATION_NOT_STARTED,
     ExecutionStatus,
     FailureMode,
-    OperationState,
 )
 from workflows_app.transitions import execution_transition
 
@@ -49,59 +48,58 @@ def advance(execution_id):
 def _run(execution):
     operations = list(Operation.objects.filter(execution_id=execution.pk))
     now = timezone.now()
-    if progress.timeout_due(execution, now):
+    if policy.timeout_due(execution, now):
         return end(execution, ExecutionStatus.TIMED_OUT, f"the execution's timeout of {execution.timeout}s passed")
-
-    failed = sorted((op for op in operations if op.state == OperationState.FAILED), key=lambda op: op.failed_at)
-    if failed and execution.failure_mode != FailureMode.CONTINUE_WHILE_POSSIBLE:
-        return _stop_after_failure(execution, failed[0], now)
-
+    if failures.before_replay(execution, operations, now):
+        return  # running steps are awaited before the code sees the failure
     try:
         definition = get_workflow(execution.workflow_id)
     except RegistrationError as exc:
         return end(execution, ExecutionStatus.FAILED, str(exc))
+    retries = definition.on_unhandled == "retry"
+    if retries and not failures.retry_due(execution, now):
+        return  # the code raised: its next try waits for its backoff, which the tick ends
+
     ctx = WorkflowContext(execution, operations)
+    raised, trace = None, ""
     try:
         definition.func(ctx, **execution.parameters)
-    except Suspend:
-        _save_payload(execution, ctx)
-        return
-    except WorkflowFailed as exc:
-        _save_payload(execution, ctx)
-        return end(execution, ExecutionStatus.FAILED, str(exc))
-    except WorkflowCancelled as exc:
-        _save_payload(execution, ctx)
-        return end(execution, ExecutionStatus.CANCELLED, str(exc) or "cancelled by the workflow")
-    except StepFailed as exc:
-        _save_payload(execution, ctx)
-        return end(execution, ExecutionStatus.FAILED, _failure_text(execution, exc.step, traceback.format_exc()))
-    except Exception:
-        _save_payload(execution, ctx)
-        return end(execution, ExecutionStatus.FAILED, f"the workflow function raised:\n{traceback.format_exc()}")
+    except Suspend as exc:
+        raised = exc
+    except Exception as exc:
+        raised, trace = exc, traceback.format_exc()
+    _conclude(execution, ctx, raised, trace, retries)
+
+
+def _conclude(execution, ctx, raised, trace, retries):
+    """What the function's run (or replay) leads to. The payload it set is kept in every case."""
     _save_payload(execution, ctx)
-    end(execution, ExecutionStatus.COMPLETED)
+    if ctx._nondeterminism is not None:  # even if the code caught it
+        return end(execution, ExecutionStatus.FAILED, str(ctx._nondeterminism))
+    if raised is None or isinstance(raised, Suspend):
+        return _settle(execution, ctx, suspended=raised is not None)
+    if isinstance(raised, WorkflowCancelled):
+        return end(execution, ExecutionStatus.CANCELLED, str(raised) or "cancelled by the workflow")
+    if isinstance(raised, WorkflowFailed):
+        return end(execution, ExecutionStatus.FAILED, str(raised))
+    if isinstance(raised, StepFailed):  # a step's failure the code did not catch: never retried
+        return end(execution, ExecutionStatus.FAILED, failures.describe(execution, raised.step))
+    if retries:
+        return failures.schedule_retry(execution, trace)
+    end(execution, ExecutionStatus.FAILED, f"the workflow function raised:\n{trace}")
 
 
-def _stop_after_failure(execution, first_failure, now):
-    """no_new_calls: nothing new starts, running operations are awaited (at most
-    wait_after_fail); fail_fast: running operations are cancelled at once. Then failed."""
-    progress.cancel_operations(execution, OPERATION_NOT_STARTED, f"not started: {first_failure.name} failed")
-    waited_enough = first_failure.failed_at + timedelta(seconds=execution.wait_after_fail) <= now
-    if execution.failure_mode == FailureMode.FAIL_FAST or waited_enough:
-        reason = "fail_fast" if execution.failure_mode == FailureMode.FAIL_FAST else "wait_after_fail ran out"
-        progress.cancel_operations(execution, [OperationState.STARTED], f"cancelled ({reason}): {first_failure.name} failed")
-    if Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE).exists():
-        return  # a running operation's end wakes the execution again; the tick watches wait_after_fail
-    end(execution, ExecutionStatus.FAILED, _failure_text(execution, first_failure.name))
-
-
-def _failure_text(execution, step, trace=""):
-    operation = Operation.objects.filter(execution_id=execution.pk, name=step).first()
-    error = (operation.error or {}) if operation else {}
-    text = f"operation {step!r} failed: {error.get('type', '')}: {error.get('message', '')}".rstrip(": ")
-    if error.get("traceback"):
-        text += "\n" + error["traceback"]
-    return text
+def _settle(execution, ctx, *, suspended):
+    """The function returned or suspended: what it showed and went on past is handled; a
+    failure it never saw fails the execution — at once in no_new_calls and fail_fast (that
+    replay was its chance), at its end in continue_while_possible (the rest runs on)."""
+    failures.record_handled(execution, ctx)
+    unseen = ctx._unhandled_failures()
+    if unseen and not (suspended and execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE):
+        first = min(unseen, key=lambda name: (ctx._operations[name].failed_at, name))
+        return end(execution, ExecutionStatus.FAILED, failures.describe(execution, first))
+    if not suspended:
+        end(execution, ExecutionStatus.COMPLETED)
 
 
 def _save_payload(execution, ctx):
@@ -113,7 +111,7 @@ def end(execution, status, error=""):
     """Cancel first, terminate after: every operation that is not terminal gets its terminal
     state and event (running ones are asked to stop: SIGTERM, then SIGKILL after
     KILL_GRACE_SECONDS), then the execution its terminal status and event."""
-    progress.cancel_operations(execution, OPERATION_ACTIVE, f"the execution ends {status}")
+    cancel_in_states(execution, OPERATION_ACTIVE, f"the execution ends {status}")
     fields = {"error": error} if error else {}
     # The dispatcher's fence: only while the token it read is current (a kill or resume renews it).
     fence = execution.token_hash or None

@@ -26,7 +26,7 @@ from agents import local
 from agents.models import Agent
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress
+from workflows_app.engine import reports
 from workflows_app.models import Execution, Operation
 from workflows_app.states import EXECUTION_RUNNING, ExecutionStatus, OperationState
 
@@ -102,7 +102,7 @@ def reconcile_started(started, answers) -> int:
             current = Operation.objects.filter(pk=operation.pk, state=OperationState.STARTED, attempt=operation.attempt).first()
             if current is None:
                 continue  # it reported meanwhile
-            progress.record_failure(current, current.attempt, {
+            reports.record_failure(current, current.attempt, {
                 "type": "WorkerLost", "traceback": "",
                 "message": f"lost during restart: no live worker runs attempt {current.attempt} (it ran on {current.agent})"},
                 retryable=True)

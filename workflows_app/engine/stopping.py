@@ -16,7 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress
+from workflows_app.engine import steps
 from workflows_app.models import Event, Operation
 from workflows_app.states import (
     OPERATION_ACTIVE,
@@ -48,7 +48,7 @@ def carry_on(execution):
 def _cancel(execution):
     """Nothing new starts; what has not started is cancelled; running operations are awaited
     (they see ``ctx.is_cancelled()``); once none runs, ``cancelled``."""
-    progress.cancel_operations(execution, OPERATION_NOT_STARTED, "cancelled: the execution is cancelling")
+    steps.cancel_in_states(execution, OPERATION_NOT_STARTED, "cancelled: the execution is cancelling")
     if not Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE).exists():
         execution_transition(execution, ExecutionStatus.CANCELLED, message="cancelled: no operation runs any more")
 
@@ -56,8 +56,8 @@ def _cancel(execution):
 def _force_cancel(execution):
     """Every operation that is not terminal is cancelled at once, running or not, without
     signalling its processes; what they report later is kept as ``stale_report``."""
-    progress.cancel_operations(execution, OPERATION_ACTIVE, "cancelled: the execution was force-cancelled",
-                               stop_processes=False)
+    steps.cancel_in_states(execution, OPERATION_ACTIVE, "cancelled: the execution was force-cancelled",
+                           stop_processes=False)
     execution_transition(execution, ExecutionStatus.CANCELLED, message="force-cancelled")
 
 
@@ -65,9 +65,9 @@ def _kill(execution):
     """Operations end ``cancelled`` (running ones with error "killed"); the process groups of
     every attempt of the execution that may still run — including ones a force-cancel left
     running — get SIGTERM, then SIGKILL after KILL_GRACE_SECONDS, on every agent."""
-    progress.cancel_operations(execution, OPERATION_NOT_STARTED, "cancelled: the execution was killed")
-    progress.cancel_operations(execution, [OperationState.STARTED], "killed", error=KILLED, stop_processes=False)
-    progress.stop_attempts(execution.pk, leftover_attempts(execution))
+    steps.cancel_in_states(execution, OPERATION_NOT_STARTED, "cancelled: the execution was killed")
+    steps.cancel_in_states(execution, [OperationState.STARTED], "killed", error=KILLED, stop_processes=False)
+    steps.stop_attempts(execution.pk, leftover_attempts(execution))
     execution_transition(execution, ExecutionStatus.CANCELLED, message="killed")
 
 

@@ -12,9 +12,9 @@ from django.utils import timezone
 from agents.models import Agent
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress, queueing, recovery, stopping, waits
+from workflows_app.engine import failures, policy, progress, queueing, recovery, reports, stopping, waits
 from workflows_app.models import Execution, Operation
-from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, OperationState
+from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, FailureMode, OperationState
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def fail_timed_out_operations(now):
     overdue = Operation.objects.filter(state=OperationState.STARTED, timeout__isnull=False)
     for operation in overdue.select_related(None):
         if operation.started_at + timedelta(seconds=operation.timeout) <= now:
-            progress.record_failure(operation, operation.attempt, {
+            reports.record_failure(operation, operation.attempt, {
                 "type": "OperationTimeout", "message": f"no result within its timeout of {operation.timeout}s", "traceback": ""},
                 retryable=True, stop_process=True)
 
@@ -60,7 +60,7 @@ def fail_operations_of_offline_agents(now):
     threshold = now - timedelta(seconds=workflows_settings.AGENT_OFFLINE_AFTER_SECONDS)
     offline = Agent.objects.filter(last_heartbeat__lt=threshold).values("name")
     for operation in Operation.objects.filter(state=OperationState.STARTED, agent__in=offline):
-        progress.record_failure(operation, operation.attempt, {
+        reports.record_failure(operation, operation.attempt, {
             "type": "WorkerLost", "message": f"agent {operation.agent} went offline", "traceback": ""}, retryable=True)
 
 
@@ -74,11 +74,18 @@ def wake_due_executions(now):
         if stopping.cancel_timed_out(execution, now):
             due.add(execution.pk)
     for execution in started.filter(timeout__isnull=False).only("pk", "started_at", "timeout"):
-        if progress.timeout_due(execution, now):
+        if policy.timeout_due(execution, now):
             due.add(execution.pk)
-    failing = Operation.objects.filter(execution__status=ExecutionStatus.STARTED, state=OperationState.FAILED)
-    for execution_id, failed_at, wait in failing.values_list("execution_id", "failed_at", "execution__wait_after_fail"):
-        if failed_at + timedelta(seconds=wait) <= now:
+    # A failure not handled yet, outside continue_while_possible, waits for the running steps
+    # at most wait_after_fail (no_new_calls), and for the processes of those it cancelled at most
+    # stop_wait_seconds (engine.failures); once handled it no longer does.
+    failing = (Operation.objects.filter(execution__status=ExecutionStatus.STARTED, state=OperationState.FAILED,
+                                        failure_handled=False)
+               .exclude(execution__failure_mode=FailureMode.CONTINUE_WHILE_POSSIBLE))
+    stop_wait = failures.stop_wait_seconds()
+    for execution_id, failed_at, wait, mode in failing.values_list("execution_id", "failed_at",
+                                                                   "execution__wait_after_fail", "execution__failure_mode"):
+        if failed_at + timedelta(seconds=stop_wait if mode == FailureMode.FAIL_FAST else wait) <= now:
             due.add(execution_id)
     for pk in due:
         dispatch.send_advance(pk)

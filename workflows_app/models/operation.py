@@ -51,6 +51,9 @@ class Operation(models.Model):
     # Whether the workflow function waits on this step by itself (ctx.execute); graph and canvas
     # steps wake it only when their graph can make no more progress.
     awaited = models.BooleanField(default=True)
+    # A failure the workflow code was shown (a wait raised StepFailed for it) and went on past
+    # (SPEC §7): it no longer stops new calls in no_new_calls / fail_fast. Stays failed.
+    failure_handled = models.BooleanField(default=False)
     # The run of the agent that started the current attempt (SPEC §9).
     incarnation = models.CharField(max_length=64, blank=True, default="")
     # One timestamp per state: when the operation last entered it.

@@ -5,7 +5,8 @@ from workflows_app.states import WaitKind, WaitOutcome
 
 class Wait(models.Model):
     """One wait of a workflow for an external event or a timer (``ctx.await_event``,
-    ``ctx.wait_for_event``, ``ctx.sleep``).
+    ``ctx.wait_for_event``, ``ctx.sleep``), or the backoff before the next try of a workflow
+    whose code raised (``@workflow(on_unhandled="retry")``, ``retry#<n>``).
 
     A waiting workflow holds no thread or process: this row is all there is of it. ``key`` names
     the wait the same way on every replay (the k-th wait for an event name, the k-th sleep), so
@@ -15,7 +16,7 @@ class Wait(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     execution = models.ForeignKey("workflows_app.Execution", on_delete=models.CASCADE, related_name="waits")
-    key = models.CharField(max_length=300, help_text="event:<name>#<k> or sleep#<k>: the same on every replay")
+    key = models.CharField(max_length=300, help_text="event:<name>#<k>, sleep#<k> (the same on every replay) or retry#<n>")
     kind = models.CharField(max_length=10, choices=WaitKind.choices)
     name = models.CharField(max_length=255, blank=True, default="", help_text="the event name; empty for a sleep")
     timeout = models.FloatField(null=True, blank=True, help_text="seconds, as the workflow asked; none: no limit")

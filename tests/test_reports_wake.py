@@ -1,11 +1,11 @@
-"""When a completion wakes the workflow of a graph (``progress.record_success``): it must wake it
+"""When a completion wakes the workflow of a graph (``reports.record_success``): it must wake it
 whenever nothing can move the graph any more, and may leave it asleep only when something
 still will. On the database; the wake-up messages are recorded instead of sent."""
 
 import pytest
 
 from workflows_app import dispatch
-from workflows_app.engine import progress
+from workflows_app.engine import reports
 from workflows_app.models import OperationDependency
 from workflows_app.states import FailureMode, OperationState
 
@@ -35,7 +35,7 @@ def test_a_member_whose_join_still_waits_for_a_running_one_does_not_wake_the_wor
         make_execution, make_operation, woken, django_capture_on_commit_callbacks):
     execution, m2 = fan_in(make_execution, make_operation, FailureMode.NO_NEW_CALLS, OperationState.STARTED)
     with django_capture_on_commit_callbacks(execute=True):
-        assert progress.record_success(m2, 1, "r2")
+        assert reports.record_success(m2, 1, "r2")
     assert woken == []
 
 
@@ -45,7 +45,7 @@ def test_in_continue_while_possible_a_join_that_waits_for_a_failed_member_wakes_
     flight: the last completion must wake the workflow, or the execution hangs."""
     execution, m2 = fan_in(make_execution, make_operation, FailureMode.CONTINUE_WHILE_POSSIBLE, OperationState.FAILED)
     with django_capture_on_commit_callbacks(execute=True):
-        assert progress.record_success(m2, 1, "r2")
+        assert reports.record_success(m2, 1, "r2")
     assert woken == [str(execution.pk)]
 
 
@@ -53,7 +53,7 @@ def test_the_last_member_sends_the_join_and_does_not_wake_the_workflow(
         make_execution, make_operation, woken, django_capture_on_commit_callbacks):
     execution, m2 = fan_in(make_execution, make_operation, FailureMode.NO_NEW_CALLS, OperationState.SUCCEEDED)
     with django_capture_on_commit_callbacks(execute=True):
-        assert progress.record_success(m2, 1, "r2")
+        assert reports.record_success(m2, 1, "r2")
     join = execution.operations.get(name="join")
     assert (join.state, join.pending_dependencies) == (OperationState.SENDING, 0)
     assert woken == []
@@ -65,7 +65,7 @@ def test_a_leaf_that_ends_the_graph_wakes_the_workflow(make_execution, make_oper
     make_operation(OperationState.SUCCEEDED, execution, name="a", attempt=1, awaited=False)
     last = make_operation(OperationState.STARTED, execution, name="b", attempt=1, awaited=False)
     with django_capture_on_commit_callbacks(execute=True):
-        assert progress.record_success(last, 1, None)
+        assert reports.record_success(last, 1, None)
     assert woken == [str(execution.pk)]
 
 
@@ -81,7 +81,7 @@ def test_a_step_made_ready_after_another_failed_is_sent_only_in_continue_while_p
     b = make_operation(OperationState.PENDING, execution, name="b", awaited=False, pending_dependencies=1)
     OperationDependency.objects.create(operation=b, depends_on=a)
     with django_capture_on_commit_callbacks(execute=True):
-        assert progress.record_success(a, 1, None)
+        assert reports.record_success(a, 1, None)
     b.refresh_from_db()
     assert (b.state, b.pending_dependencies) == (OperationState.SENDING if sent else OperationState.PENDING, 0)
 
@@ -120,7 +120,7 @@ def test_a_completion_waits_for_a_writer_of_its_execution_and_counts_down_the_st
     writer = threading.Thread(target=dispatcher)
     writer.start()
     assert holding.wait(10)
-    assert progress.record_success(x, 1, "done")
+    assert reports.record_success(x, 1, "done")
     returned = time.monotonic()
     writer.join(10)
     assert committed and returned >= committed[0], "the completion did not wait for the writer"

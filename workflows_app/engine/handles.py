@@ -1,0 +1,185 @@
+"""What a workflow holds while it waits: handles of steps and of stored waits, and the
+combinators ``all_of`` / ``any_of`` / ``none_of`` over them (SPEC §6).
+
+A handle reads the state its replay loaded; it never queries. ``wait()`` returns, raises the
+step's failure, or *suspends* the workflow (``Suspend``) when the step is not done: the
+dispatcher then commits what the replay stored, and nothing waits in memory.
+
+When a wait shows the workflow code a failed step (it raises ``StepFailed``, or ``any_of`` /
+``none_of`` answer over it), the context notes that the code has seen that failure
+(``WorkflowContext._saw``): if the code goes on, the failure is handled (SPEC §7).
+"""
+
+from workflows_app.errors import EventTimeout, StepFailed
+from workflows_app.states import OperationState, WaitOutcome
+
+#: A step that ended without succeeding.
+ENDED_BADLY = (OperationState.FAILED, OperationState.CANCELLED)
+
+
+class Suspend(BaseException):
+    """The workflow needs a step that is not done yet. A BaseException, so that a workflow's
+    own ``except Exception`` cannot swallow it."""
+
+
+class StepHandle:
+    """A step started by ``ctx.execute`` (or a graph node): ``wait()``, ``result()``, ``state``."""
+
+    def __init__(self, ctx, name):
+        self._ctx, self.name = ctx, name
+
+    @property
+    def _operation(self):
+        return self._ctx._operations[self.name]
+
+    @property
+    def state(self):
+        return OperationState(self._operation.state)
+
+    @property
+    def done(self):
+        return self._operation.is_terminal
+
+    def wait(self):
+        """The step's result; suspends the workflow until it is done; ``StepFailed`` if it failed."""
+        operation = self._operation
+        if operation.state == OperationState.SUCCEEDED:
+            return operation.result
+        if operation.state in ENDED_BADLY:
+            raise self._ctx._step_failed([operation])
+        raise Suspend(self.name)
+
+    result = wait
+
+    def cancel(self):
+        """``ctx.cancel_step(self)``: True if the step was cancelled now, False if it had ended."""
+        return self._ctx.cancel_step(self)
+
+    def __repr__(self):
+        return f"<StepHandle {self.name} {self._operation.state}>"
+
+
+#: A wait's outcome as the state of a step, so that all_of / any_of / none_of mix both.
+_WAIT_STATE = {
+    WaitOutcome.WAITING: OperationState.STARTED,
+    WaitOutcome.RECEIVED: OperationState.SUCCEEDED,
+    WaitOutcome.ELAPSED: OperationState.SUCCEEDED,
+    WaitOutcome.TIMED_OUT: OperationState.FAILED,
+    WaitOutcome.CANCELLED: OperationState.CANCELLED,
+}
+
+
+class WaitHandle:
+    """A stored wait (``ctx.wait_for_event``; ``ctx.sleep`` uses one too), with a StepHandle's
+    interface: ``wait()``, ``result()``, ``state``, ``done``, ``cancel()``.
+
+    ``wait()`` returns the event's payload (``None`` for a sleep), raises ``EventTimeout`` once
+    the wait timed out and ``StepFailed`` once it was cancelled, and otherwise suspends the
+    workflow. ``state`` is an ``OperationState``: ``started`` while waiting, ``succeeded``,
+    ``failed`` (timed out) or ``cancelled``."""
+
+    def __init__(self, ctx, wait):
+        self._ctx, self._wait = ctx, wait
+
+    @property
+    def name(self):
+        return self._wait.key
+
+    @property
+    def outcome(self):
+        return WaitOutcome(self._wait.outcome)
+
+    @property
+    def state(self):
+        return _WAIT_STATE[self.outcome]
+
+    @property
+    def done(self):
+        return self.outcome != WaitOutcome.WAITING
+
+    def wait(self):
+        wait = self._wait
+        if wait.outcome in (WaitOutcome.RECEIVED, WaitOutcome.ELAPSED):
+            return wait.payload
+        if wait.outcome == WaitOutcome.TIMED_OUT:
+            raise EventTimeout(wait.name, wait.timeout)
+        if wait.outcome == WaitOutcome.CANCELLED:
+            raise StepFailed(self.name, {"type": "Cancelled", "message": "the wait was cancelled"})
+        raise Suspend(self.name)
+
+    result = wait
+
+    def cancel(self):
+        """``ctx.cancel_step(self)``: True if the wait was cancelled now, False if it had ended."""
+        return self._ctx.cancel_step(self)
+
+    def __repr__(self):
+        return f"<WaitHandle {self.name} {self._wait.outcome}>"
+
+
+def _failed_steps(handles):
+    return [h._operation for h in handles if isinstance(h, StepHandle) and h.state in ENDED_BADLY]
+
+
+class AllOf:
+    """``ctx.all_of(*handles)``: ``wait()`` is the list of their results; a failure anywhere
+    fails the whole at once, before the rest has ended."""
+
+    def __init__(self, ctx, handles):
+        self._ctx, self.handles = ctx, handles
+
+    def wait(self):
+        failed = _failed_steps(self.handles)
+        if failed:
+            raise self._ctx._step_failed(failed)
+        for handle in self.handles:  # a wait that timed out or was cancelled raises its own error
+            if handle.state in ENDED_BADLY:
+                handle.wait()
+        return [handle.wait() for handle in self.handles]
+
+    result = wait
+
+
+class AnyOf:
+    """``ctx.any_of(*handles)``: ``wait()`` is the result of the first that succeeded (in the
+    given order); once every one ended without succeeding, the first one's failure."""
+
+    def __init__(self, ctx, handles):
+        self._ctx, self.handles = ctx, handles
+
+    def wait(self):
+        for handle in self.handles:
+            if handle.state == OperationState.SUCCEEDED:
+                self._ctx._saw(_failed_steps(self.handles))  # "any" accepts the others' failures
+                return handle.wait()
+        if all(handle.done for handle in self.handles):
+            self._ctx._saw(_failed_steps(self.handles))
+            self.handles[0].wait()  # every one failed: raise the first's failure
+        raise Suspend("any_of")
+
+    result = wait
+
+
+class NoneOf:
+    """``ctx.none_of(*handles)``: Axon's ``noneMatch`` with "the step succeeded" as the match.
+
+    ``wait()`` returns ``False`` as soon as one of the handles succeeded (short-circuit, as
+    ``any_of``: the others are neither awaited nor cancelled), ``True`` once every one ended
+    without succeeding — failed, cancelled, or an event wait timed out — and otherwise suspends.
+    It never raises a handle's failure: that no step succeeded is its answer (so the failures it
+    answers over count as handled). The usual use:
+    ``if ctx.none_of(approval_a, approval_b).wait(): escalate()``."""
+
+    def __init__(self, ctx, handles):
+        self._ctx, self.handles = ctx, handles
+
+    def wait(self):
+        if any(handle.state == OperationState.SUCCEEDED for handle in self.handles):
+            self._ctx._saw(_failed_steps(self.handles))
+            return False
+        if all(handle.done for handle in self.handles):
+            self._ctx._saw(_failed_steps(self.handles))
+            return True
+        raise Suspend("none_of")
+
+    result = wait

@@ -1,0 +1,162 @@
+"""What the agents (and the tick, for lost or timed-out attempts) report about an attempt: its
+result, its failure (with the retry policy), or that it stopped because its execution is
+cancelling; the fan-in count of its dependents; and when the workflow function must run again.
+
+A report is recorded under the execution's row lock, so that the count of dependencies cannot
+race with a dispatcher adding steps. A success takes it ``FOR SHARE``, in its transition's
+statement: successes of one execution do not wait for each other, and "nothing left in flight:
+wake the workflow" is asked after the commit, where the later of two last completions sees
+both. A failure and a cancel take it ``FOR NO KEY UPDATE`` (``progress.lock_execution``).
+
+A report for an attempt that is no longer current changes nothing: it is kept as a
+``stale_report`` event with what it said.
+"""
+
+import functools
+from datetime import timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from workflows_app import db, dispatch
+from workflows_app.engine import policy, progress, steps
+from workflows_app.errors import TransitionRefused
+from workflows_app.models import Operation, OperationDependency
+from workflows_app.states import EventType, ExecutionStatus, FailureMode, OperationState
+from workflows_app.transitions import operation_transition, record_event
+
+
+def record_success(operation, attempt, result):
+    """Record an attempt's result; count down its dependents; send those now ready; wake the
+    workflow if it waits on this step, or if its graph has nothing left in flight."""
+    with transaction.atomic():
+        try:
+            # The execution's row FOR SHARE (in the same statement on PostgreSQL): completions of
+            # one execution do not wait for each other, but each waits for a writer of the
+            # execution (a dispatcher storing steps and their dependencies, a status change), and
+            # a writer waits for them — so the countdown below sees every dependency stored.
+            operation_transition(operation, OperationState.SUCCEEDED, attempt=attempt, result=result, error=None,
+                                 share_lock_execution=True)
+        except TransitionRefused as refused:
+            return _stale(operation, attempt, refused, {"result": result})
+        execution = operation.execution
+        ready, still_waiting, failed = _count_down_dependents(operation)
+        sent = progress.send_ready(execution, ready, failed) if ready else []
+        if operation.awaited:
+            transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        elif not sent and not (still_waiting and execution.failure_mode != FailureMode.CONTINUE_WHILE_POSSIBLE):
+            # Not idle when it just sent something, nor when a dependent still waits for another
+            # dependency: that one is in flight, due for a retry, or failed — and outside
+            # continue_while_possible a failure wakes the workflow itself, which cancels every
+            # pending operation. (In continue_while_possible the dispatcher cancels the dependents
+            # of a failed step; until it has, only the idle check can wake the workflow.)
+            transaction.on_commit(lambda: _wake_if_idle(execution))
+    return True
+
+
+def _wake_if_idle(execution):
+    """After a commit, in a fresh snapshot: of two last completions, each commits before it
+    looks, so the later one to look sees both and wakes the workflow (both may: an advance with
+    nothing to do is harmless)."""
+    if not progress.can_progress(execution):
+        dispatch.send_advance(execution.pk)
+
+
+def _count_down_dependents(operation):
+    """One dependency fewer for each operation that depends on ``operation``; returns those now
+    ready (pending, nothing left to wait for), loaded; whether one is still pending with
+    dependencies left; and whether the execution has a failure not handled yet (None when
+    nothing depends on ``operation``: then nothing is sent). One statement: most operations have
+    no dependents, and this is on the path of every completion (in a chain, it also loads the
+    next step, and whether it may be sent)."""
+    op = Operation._meta
+    dependents = db.fetch(Operation, _count_down_sql(), [op.pk.get_db_prep_value(operation.pk, connection),
+                                                         op.get_field("execution").get_db_prep_value(operation.execution_id, connection),
+                                                         OperationState.FAILED.value, False], extra=("execution_failed",))
+    ready = [o for o in dependents if o.pending_dependencies == 0 and o.state == OperationState.PENDING]
+    still_waiting = any(o.pending_dependencies > 0 and o.state == OperationState.PENDING for o in dependents)
+    return ready, still_waiting, (bool(dependents[0].execution_failed) if dependents else None)
+
+
+@functools.cache
+def _count_down_sql():
+    """:func:`_count_down_dependents`' statement, built once per process."""
+    op, dep = Operation._meta, OperationDependency._meta
+    q = connection.ops.quote_name
+    table, pk, count = q(op.db_table), q(op.pk.column), q(op.get_field("pending_dependencies").column)
+    execution, state = q(op.get_field("execution").column), q(op.get_field("state").column)
+    handled = q(op.get_field("failure_handled").column)
+    return (f"UPDATE {table} SET {count} = {count} - 1 WHERE {pk} IN "
+            f"(SELECT {q(dep.get_field('operation').column)} FROM {q(dep.db_table)} WHERE {q(dep.get_field('depends_on').column)} = %s) "
+            f"RETURNING {db.columns(Operation)}, "
+            f"EXISTS (SELECT 1 FROM {table} f WHERE f.{execution} = %s AND f.{state} = %s AND f.{handled} = %s)")
+
+
+def record_failure(operation, attempt, error, *, retryable, retry_after=None, stop_process=False):
+    """Record a failed attempt: ``rescheduled`` when the policy allows a retry, else ``failed``.
+
+    ``error`` is ``{"type", "message", "traceback"}``. A retry is a new call: not while the
+    execution is cancelling, nor in no_new_calls/fail_fast while a failure is unhandled.
+    ``stop_process``: the attempt may still run (its timeout passed): kill its process group.
+    """
+    with transaction.atomic():
+        execution = progress.lock_execution(operation.execution_id)
+        delay = policy.retry_delay(operation, retry_after) if retryable else None
+        if delay is not None and policy.allows_new_calls(execution):
+            target, fields = OperationState.RESCHEDULED, {
+                "current_retries": operation.current_retries + 1,
+                "next_attempt_at": timezone.now() + timedelta(seconds=delay),
+            }
+        else:
+            target, fields = OperationState.FAILED, {}
+        try:
+            operation_transition(operation, target, attempt=attempt, error=error, message=error.get("message", "")[:500], **fields)
+        except TransitionRefused as refused:
+            return _stale(operation, attempt, refused, {"error": error})
+        if stop_process:
+            steps.stop_attempts(execution.pk, [(operation.pk, attempt)])
+        if target == OperationState.FAILED:
+            transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+    return True
+
+
+def record_cancelled(operation, attempt, error):
+    """A running attempt that stopped because its execution is cancelling (``OperationCancelled``)."""
+    with transaction.atomic():
+        execution = progress.lock_execution(operation.execution_id)
+        try:
+            operation_transition(operation, OperationState.CANCELLED, attempt=attempt, error=error,
+                                 message=error.get("message", "")[:500])
+        except TransitionRefused as refused:
+            return _stale(operation, attempt, refused, {"error": error})
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+    return True
+
+
+def record_processes_gone(attempts):
+    """The kill of these attempts (pairs of operation id and attempt) is over: their process
+    groups are gone. Each gets a ``log`` event saying so; an execution whose failure mode
+    cancelled running steps waits for it before its code sees the failure, and is woken."""
+    rows = Operation.objects.filter(pk__in=[pk for pk, _ in attempts]).select_related("execution")
+    attempt_of = {str(pk): attempt for pk, attempt in attempts}
+    woken = set()
+    for operation in rows:
+        attempt = attempt_of[str(operation.pk)]
+        record_event(operation.execution_id, EventType.LOG, f"the processes of attempt {attempt} are gone",
+                     {PROCESSES_GONE: attempt}, operation=operation.name)
+        execution = operation.execution
+        if execution.pk not in woken and execution.status == ExecutionStatus.STARTED \
+                and policy.unhandled_failures(execution).exists():
+            woken.add(execution.pk)
+            dispatch.send_advance(execution.pk)
+
+
+#: The key of the ``log`` event data that says an attempt's processes are gone (its value: the attempt).
+PROCESSES_GONE = "processes_gone"
+
+
+def _stale(operation, attempt, refused, data):
+    """A report that changes nothing: kept as a ``stale_report`` event with what it said."""
+    record_event(operation.execution_id, EventType.STALE_REPORT, f"report for attempt {attempt} ignored: {refused}",
+                 {"attempt": attempt, **data}, operation=operation.name)
+    return False
