@@ -34,28 +34,28 @@ from workflows_app.transitions import record_event
 
 
 def before_replay(execution, operations, now) -> bool:
-    """Apply the failure mode to ``operations`` (the execution's, as the dispatcher loaded them;
-    updated in place) while a failure is unhandled. True when the replay must wait: running
-    steps are awaited first (no_new_calls), and their end or ``wait_after_fail`` wakes it."""
+    """Apply the failure mode while a failure is unhandled; ``operations`` (the execution's, as
+    the dispatcher loaded them) is updated in place to what it did. True when the replay must
+    wait: running steps are awaited first (no_new_calls), the processes of those it cancelled
+    must be gone (fail_fast); their end, the kill's report or the tick wakes it."""
     unhandled = sorted((op for op in operations if op.state == OperationState.FAILED and not op.failure_handled),
                        key=lambda op: op.failed_at)
     if not unhandled:
         return False
-    known = {op.name: op for op in operations}
     if execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE:
         if any(op.state == OperationState.PENDING for op in operations):
-            steps.cancel_dependents(execution, unhandled, known)
+            steps.cancel_dependents(execution, unhandled, {op.name: op for op in operations})
         return False
     first = unhandled[0]
+    # Chosen by their state now, not as loaded: a step an agent started meanwhile is running.
     message = f"not started: {first.name} failed"
-    steps.cancel(execution, [op for op in operations if op.state in OPERATION_NOT_STARTED], message,
-                 error=steps.cancelled_error(message, first.name))
+    steps.cancel_in_states(execution, OPERATION_NOT_STARTED, message, error=steps.cancelled_error(message, first.name))
     waited_enough = first.failed_at + timedelta(seconds=execution.wait_after_fail) <= now
     if execution.failure_mode == FailureMode.FAIL_FAST or waited_enough:
         reason = "fail_fast" if execution.failure_mode == FailureMode.FAIL_FAST else "wait_after_fail ran out"
         message = f"cancelled ({reason}): {first.name} failed"
-        steps.cancel(execution, [op for op in operations if op.state == OperationState.STARTED], message,
-                     error=steps.cancelled_error(message, first.name))
+        steps.cancel_in_states(execution, [OperationState.STARTED], message, error=steps.cancelled_error(message, first.name))
+    operations[:] = Operation.objects.filter(execution_id=execution.pk)
     if any(not op.is_terminal for op in operations):
         return True
     return _still_stopping(execution, first, operations, now)
