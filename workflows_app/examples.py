@@ -4,7 +4,7 @@ import time
 
 from celery import chain, group
 
-from workflows_app.sdk import RecoverableError, operation, workflow
+from workflows_app.sdk import NonRecoverableError, RecoverableError, StepFailed, operation, workflow
 
 
 @operation
@@ -26,6 +26,17 @@ def flaky(ctx, failures=1):
 
 
 @operation
+def charge(ctx, amount):
+    """A payment that is declined: it fails for good."""
+    raise NonRecoverableError(f"card declined for {amount}")
+
+
+@operation
+def refund(ctx, amount):
+    return f"refunded {amount}"
+
+
+@operation
 def pause(ctx, seconds=1.0):
     time.sleep(seconds)
     return seconds
@@ -33,12 +44,19 @@ def pause(ctx, seconds=1.0):
 
 @workflow
 def demo(ctx, n=3, agent="local"):
-    """A canvas (chain, group, chord) on the manager, an imperative step with a retry, and a
-    fan-out/fan-in graph on the agent ``agent`` (``standalone`` runs one named ``local``)."""
+    """A canvas (chain, group, chord) on the manager, an imperative step with a retry, a step
+    that fails for good and is compensated (the workflow catches its StepFailed and refunds),
+    and a fan-out/fan-in graph on the agent ``agent`` (``standalone`` runs one named ``local``)."""
     total = ctx.run_canvas(chain(add.s(1, 2), group(add.s(10), add.s(20).set(queue=agent)), xsum.s()))
     attempts = ctx.await_execute("flaky", flaky, failures=1, agent=agent)
+    try:
+        ctx.await_execute("charge", charge, 42, agent=agent)
+        paid = "charged"
+    except StepFailed:  # handled: the execution goes on, "charge" stays failed in the record
+        paid = ctx.await_execute("refund", refund, 42, agent=agent)
     fan = ctx.graph()
     steps = [fan.add(f"fan-{i}", add, i, i, agent=agent) for i in range(n)]
     fan.add("fan-in", pause, 0.1, depends_on=steps)
     results = fan.run()
-    ctx.set_payload({"canvas": total, "flaky_attempts": attempts, "fan": [results[s] for s in steps]})
+    ctx.set_payload({"canvas": total, "flaky_attempts": attempts, "payment": paid,
+                     "fan": [results[s] for s in steps]})

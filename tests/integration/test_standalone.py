@@ -86,6 +86,7 @@ def test_standalone_runs_the_demo_serves_admin_and_flower_and_stops_everything_o
         demo_id = manage(env, "list_executions").split()[0]
         events = manage(env, "tail_events", demo_id)
         assert "workflow_completed" in events and "task_rescheduled" in events
+        assert "the workflow was shown the failure of charge (StepFailed) and went on: handled" in events
 
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 4
