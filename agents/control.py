@@ -84,7 +84,7 @@ def _watch(targets, grace):
         # The record outlives a leader that died of the SIGTERM (it never reached mark_done), so
         # the group's stragglers are found here. A record that is gone means the attempt ended by
         # itself and its pool process may run something else now: it is left alone.
-        if local.group_alive(pgid) and local.process_group_of(key) == pgid:
+        if local.process_group_of(key) == pgid:
             local.signal_group(pgid, signal.SIGKILL)
             local.mark_done(key)
     deadline = time.monotonic() + AFTER_SIGKILL_SECONDS
