@@ -12,7 +12,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from workflows_app import services
-from workflows_app.engine import dispatcher, failures, policy, reports, timers
+from workflows_app.engine import dispatcher, failures, policy, progress, reports, timers
 from workflows_app.models import Event, Execution, Operation, Wait
 from workflows_app.states import EventType, ExecutionStatus, FailureMode, OperationState, WaitKind, WaitOutcome
 
@@ -206,6 +206,40 @@ def test_a_handled_failure_lets_retries_and_new_calls_happen_again_in_no_new_cal
     assert reports.record_failure(refund, refund.attempt, {"type": "RecoverableError", "message": "later", "traceback": ""},
                                   retryable=True)
     assert op(execution, "refund").state == OperationState.RESCHEDULED, "a retry is a new call: allowed again"
+
+
+def test_a_retry_another_failure_keeps_from_happening_names_it_and_showing_one_shows_both():
+    """no_new_calls: pack could be retried, but charge's failure is unhandled, so it fails for
+    good naming charge as its cause; the code waits on pack first and handles both."""
+    execution = saga(FailureMode.NO_NEW_CALLS.value)
+    Operation.objects.filter(execution_id=execution.pk, name="pack").update(max_retries=3)  # test set-up
+    pack = op(execution, "pack")
+    assert reports.record_failure(pack, pack.attempt, {"type": "RecoverableError", "message": "later", "traceback": ""},
+                                  retryable=True)
+    pack = op(execution, "pack")
+    assert (pack.state, pack.error["cause"]) == (OperationState.FAILED, "charge")
+    execution = advance(execution)
+    succeed(execution, "refund", "refunded")
+    execution = advance(execution)
+    assert execution.status == ExecutionStatus.COMPLETED, execution.error
+    assert execution.payload["saw"] == {"failed": "charge", "error": "RecoverableError"}
+    assert op(execution, "pack").failure_handled and op(execution, "charge").failure_handled
+
+
+def test_a_due_retry_that_another_failure_stopped_is_not_sent_and_the_failure_mode_cancels_it():
+    execution = start("it_saga", "no_new_calls", agent="a1", style="execute")
+    succeed(execution, "reserve")
+    execution = advance(execution)
+    Operation.objects.filter(execution_id=execution.pk, name="pack").update(max_retries=3)  # test set-up
+    pack = running(execution, "pack")
+    assert reports.record_failure(pack, pack.attempt, {"type": "RecoverableError", "message": "later", "traceback": ""},
+                                  retryable=True, retry_after=0)
+    fail(execution, "charge")  # before the dispatcher runs, the tick finds pack's retry due
+    assert progress.send_due_retries(timezone.now() + timedelta(seconds=1)) == 0
+    assert op(execution, "pack").state == OperationState.RESCHEDULED
+    execution = advance(execution)
+    pack = op(execution, "pack")
+    assert (pack.state, pack.error["cause"]) == (OperationState.CANCELLED, "charge")
 
 
 def test_the_dependents_of_a_failed_step_are_cancelled_at_once_in_continue_while_possible():

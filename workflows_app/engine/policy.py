@@ -23,6 +23,11 @@ def unhandled_failures(execution):
     return Operation.objects.filter(execution_id=execution.pk, state=OperationState.FAILED, failure_handled=False)
 
 
+def first_unhandled_failure(execution):
+    """The name of the execution's earliest failure not handled yet, or None."""
+    return unhandled_failures(execution).order_by("failed_at").values_list("name", flat=True).first()
+
+
 def allows_new_calls(execution, failed=None) -> bool:
     """Whether a new operation (or a retry, which is a new call) may start now (SPEC §7): only
     while the execution is started, and in no_new_calls / fail_fast only while no failure is

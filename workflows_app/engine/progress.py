@@ -19,7 +19,7 @@ from workflows_app.states import (
     FailureMode,
     OperationState,
 )
-from workflows_app.transitions import operation_transition, operations_transition
+from workflows_app.transitions import operations_transition
 
 
 def lock_execution(execution_id):
@@ -96,11 +96,10 @@ def send_due_retries(now=None, limit=500):
             operation = Operation.objects.get(pk=pk)
             if operation.state != OperationState.RESCHEDULED:
                 continue
+            # Otherwise the retry is a new call it may not make: another step's failure is not
+            # handled yet (the dispatcher, woken by that failure, cancels this step under the
+            # failure mode), or the execution is stopping (the stop cancels it).
             if policy.allows_new_calls(execution):
                 send(operation)
                 sent += 1
-            elif execution.status == ExecutionStatus.STARTED:
-                # Another operation failed meanwhile: the retry is a new call it may not make.
-                operation_transition(operation, OperationState.FAILED, message="not retried: another operation failed")
-                transaction.on_commit(lambda pk=execution_id: dispatch.send_advance(pk))
     return sent

@@ -109,6 +109,8 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
             }
         else:
             target, fields = OperationState.FAILED, {}
+            if delay is not None:  # a retry it may not make: another step's failure stopped it
+                error = _caused_by_another(execution, error)
         try:
             operation_transition(operation, target, attempt=attempt, error=error, message=error.get("message", "")[:500], **fields)
         except TransitionRefused as refused:
@@ -118,6 +120,13 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
         if target == OperationState.FAILED:
             transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
     return True
+
+
+def _caused_by_another(execution, error):
+    """``error`` naming, as its ``cause``, the unhandled failure that keeps a step from being
+    retried: the workflow code that is shown this step's failure is shown that one too."""
+    cause = policy.first_unhandled_failure(execution) if execution.status == ExecutionStatus.STARTED else None
+    return {**error, "cause": cause} if cause else error
 
 
 def record_cancelled(operation, attempt, error):
