@@ -146,18 +146,18 @@ def record_processes_gone(attempts):
     """The kill of these attempts (pairs of operation id and attempt) is over: their process
     groups are gone. Each gets a ``log`` event saying so; an execution whose failure mode
     cancelled running steps waits for it before its code sees the failure, and is woken."""
-    rows = Operation.objects.filter(pk__in=[pk for pk, _ in attempts]).select_related("execution")
     attempt_of = {str(pk): attempt for pk, attempt in attempts}
-    woken = set()
-    for operation in rows:
-        attempt = attempt_of[str(operation.pk)]
-        record_event(operation.execution_id, EventType.LOG, f"the processes of attempt {attempt} are gone",
-                     {PROCESSES_GONE: attempt}, operation=operation.name)
-        execution = operation.execution
-        if execution.pk not in woken and execution.status == ExecutionStatus.STARTED \
-                and policy.unhandled_failures(execution).exists():
-            woken.add(execution.pk)
-            dispatch.send_advance(execution.pk)
+    rows = Operation.objects.filter(pk__in=list(attempt_of)).values_list("pk", "name", "execution_id")
+    for pk, name, execution_id in rows:
+        attempt = attempt_of[str(pk)]
+        record_event(execution_id, EventType.LOG, f"the processes of attempt {attempt} are gone",
+                     {PROCESSES_GONE: attempt}, operation=name)
+    waiting = (Operation.objects.filter(execution_id__in={execution_id for _, _, execution_id in rows},
+                                        execution__status=ExecutionStatus.STARTED, state=OperationState.FAILED,
+                                        failure_handled=False)
+               .order_by().values_list("execution_id", flat=True).distinct())
+    for execution_id in waiting:
+        dispatch.send_advance(execution_id)
 
 
 #: The key of the ``log`` event data that says an attempt's processes are gone (its value: the attempt).
