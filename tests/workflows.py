@@ -59,14 +59,19 @@ def mark(ctx, tag, **extra) -> int:
 # --- operations --------------------------------------------------------------------------
 
 @operation(name="it_step", max_retries=0)
-def step(ctx, tag, sleep=0.0, fail=None, sleep_first_only=False, value=None, spawn=False, done=False):
+def step(ctx, tag, sleep=0.0, fail=None, sleep_first_only=False, value=None, spawn=False, done=False, after=None):
     """Marks ``tag``, sleeps ``sleep`` s (only on the first invocation with
     ``sleep_first_only``), then fails as ``fail`` says ("nonrecoverable", "recoverable",
     "value_error") or returns ``value`` (default: the tag). With ``done`` it marks
     ``<tag>:done`` once it got to the end (so a test counts the invocations that finished).
+    With ``after`` it first waits (up to 30 s) until the tag ``after`` has been marked: another
+    step has started, whatever the load of the machine.
 
     With ``spawn`` the sleeping is done by a child process (in the operation's process group,
     its pid in the marker as ``child``), as an operation that runs a command would."""
+    deadline = time.monotonic() + 30
+    while after and not invocations(after) and time.monotonic() < deadline:
+        time.sleep(0.02)
     sleeping = bool(sleep) and (invocations(tag) == 0 or not sleep_first_only)
     child = None
     if sleeping and spawn:
@@ -443,7 +448,8 @@ SAGA_STYLES = ("execute", "graph", "canvas")
 
 @workflow(name="it_saga")
 def saga(ctx, agent, style, pack_seconds=2.0, spawn=False, reraise=False, tags=""):
-    """An order: ``reserve``; then ``pack`` (slow) beside ``charge`` (fails for good); then
+    """An order: ``reserve``; then ``pack`` (slow) beside ``charge`` (fails for good, once pack
+    has started); then
     ``ship`` after both — as ``ctx.execute`` calls, a graph or a Celery canvas (``style``).
     The charge's failure is caught: the workflow refunds (``refund``, a new step) and records
     what it saw; with ``reraise`` it records it and lets the StepFailed go on. Each step marks
@@ -452,7 +458,7 @@ def saga(ctx, agent, style, pack_seconds=2.0, spawn=False, reraise=False, tags="
         if style == "execute":
             ctx.await_execute("reserve", step, tags + "reserve", agent=agent)
             pack = ctx.execute("pack", step, tags + "pack", sleep=pack_seconds, spawn=spawn, agent=agent)
-            charge = ctx.execute("charge", step, tags + "charge", fail="nonrecoverable", agent=agent)
+            charge = ctx.execute("charge", step, tags + "charge", fail="nonrecoverable", after=tags + "pack", agent=agent)
             pack.wait()
             charge.wait()
             ctx.await_execute("ship", step, tags + "ship", agent=agent)
@@ -460,14 +466,15 @@ def saga(ctx, agent, style, pack_seconds=2.0, spawn=False, reraise=False, tags="
             g = ctx.graph()
             reserve = g.add("reserve", step, tags + "reserve", agent=agent)
             pack = g.add("pack", step, tags + "pack", sleep=pack_seconds, spawn=spawn, agent=agent, depends_on=[reserve])
-            charge = g.add("charge", step, tags + "charge", fail="nonrecoverable", agent=agent, depends_on=[reserve])
+            charge = g.add("charge", step, tags + "charge", fail="nonrecoverable", after=tags + "pack", agent=agent,
+                           depends_on=[reserve])
             g.add("ship", step, tags + "ship", agent=agent, depends_on=[pack, charge])
             g.run()
         else:
             ctx.run_canvas(chain(
                 step.si(tags + "reserve").set(step="reserve", queue=agent),
                 group(step.si(tags + "pack", sleep=pack_seconds, spawn=spawn).set(step="pack", queue=agent),
-                      step.si(tags + "charge", fail="nonrecoverable").set(step="charge", queue=agent)),
+                      step.si(tags + "charge", fail="nonrecoverable", after=tags + "pack").set(step="charge", queue=agent)),
                 step.si(tags + "ship").set(step="ship", queue=agent)))
     except StepFailed as failure:
         saw = {"failed": failure.cause or failure.step, "error": failure.error.get("type")}

@@ -13,7 +13,7 @@ from tests.integration.harness import assert_operation_events_consistent, descri
 from tests.integration.test_engine import finish, gone, operations
 from tests.workflows import SAGA_STYLES
 from workflows_app import services
-from workflows_app.models import Event
+from workflows_app.models import Event, Wait
 from workflows_app.states import FailureMode
 
 pytestmark = pytest.mark.integration
@@ -180,7 +180,9 @@ def test_a_replay_that_changes_a_steps_operation_or_arguments_fails_with_both_in
     for change in ("operation", "arguments"):
         executions[change] = services.start("it_changing", {"agent": agent, "change": change,
                                                             "changed_path": str(tmp_path / "changed")})
-        stack.wait_for_operation(executions[change].pk, "x", "succeeded")
+    for execution in executions.values():  # both wait for "go": x is stored and replayed as it was
+        stack.wait_for(lambda pk=execution.pk: Wait.objects.filter(execution_id=pk, key="event:go#1").exists(), 30,
+                       "the workflow to wait for go", lambda pk=execution.pk: describe_execution(pk))
     (tmp_path / "changed").touch()  # a careless deploy while they wait for "go"
     for execution in executions.values():
         services.send_event(execution.pk, "go")
