@@ -78,7 +78,7 @@ AFTER_SIGKILL_SECONDS = 2.0
 
 def _watch(targets, grace):
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(local.group_alive(pgid) for _, pgid in targets):
+    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid in targets):
         time.sleep(WATCH_SECONDS)
     for key, pgid in targets:
         # The record outlives a leader that died of the SIGTERM (it never reached mark_done), so
@@ -88,9 +88,9 @@ def _watch(targets, grace):
             local.signal_group(pgid, signal.SIGKILL)
             local.mark_done(key)
     deadline = time.monotonic() + AFTER_SIGKILL_SECONDS
-    while time.monotonic() < deadline and any(local.group_alive(pgid) for _, pgid in targets):
+    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid in targets):
         time.sleep(WATCH_SECONDS)
-    gone = [local.parse_attempt_key(key) for key, pgid in targets if not local.group_alive(pgid)]
+    gone = [local.parse_attempt_key(key) for key, pgid in targets if not local.group_running(pgid)]
     gone = [attempt for attempt in gone if attempt is not None]
     if gone:
         try:

@@ -125,3 +125,18 @@ def group_alive(pgid) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def group_running(pgid) -> bool:
+    """Whether a process of the group ``pgid`` still runs. A process that died but that its
+    parent has not reaped yet (a zombie: a pool process until its worker notices) holds nothing
+    and runs nothing, though signals still reach its group."""
+    if not group_alive(pgid):
+        return False
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return False

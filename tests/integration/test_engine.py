@@ -98,7 +98,9 @@ def gone(pid) -> bool:
 @pytest.mark.parametrize("mode", [FailureMode.NO_NEW_CALLS, FailureMode.CONTINUE_WHILE_POSSIBLE, FailureMode.FAIL_FAST])
 def test_cromwell_worked_example(stack, mode):
     """A and B independent, A1 after A, B1 after B; B fails for good while A runs."""
-    a_seconds = 3.0
+    # In fail_fast A is cancelled at once, and the code sees B's failure once A's processes are
+    # gone (at most KILL_GRACE_SECONDS + 1 s): A runs long enough to tell that from waiting for it.
+    a_seconds = 8.0 if mode == FailureMode.FAIL_FAST else 3.0
     s = up(stack)
     execution = services.start("it_cromwell", {"agent_a": s.h1, "agent_b": s.h2, "a_seconds": a_seconds},
                                failure_mode=mode.value, wait_after_fail=30)
