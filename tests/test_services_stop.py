@@ -15,7 +15,7 @@ from workflows_app import services
 from workflows_app.engine import stopping
 from workflows_app.errors import ActionRefused, StaleToken
 from workflows_app.models import Event, Execution, Operation
-from workflows_app.states import EXECUTION_TERMINAL, ExecutionStatus, OperationState
+from workflows_app.states import EXECUTION_TERMINAL, ExecutionStatus
 from workflows_app.transitions import execution_transition
 
 ACTIONS = {"cancel": services.cancel, "force-cancel": services.force_cancel, "kill": services.kill}

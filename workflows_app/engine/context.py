@@ -14,7 +14,7 @@ the dispatcher counts those as handled when the code goes on (SPEC §7).
 from dataclasses import replace
 
 from workflows_app.engine import graph as graphs
-from workflows_app.engine import steps, waits
+from workflows_app.engine import failures, steps, waits
 from workflows_app.engine.canvas import compile_canvas
 from workflows_app.engine.handles import ENDED_BADLY, AllOf, AnyOf, NoneOf, StepHandle, Suspend, WaitHandle
 from workflows_app.errors import NonDeterministicWorkflow, StepFailed, WorkflowError
@@ -247,7 +247,7 @@ class WorkflowContext:
         succeeding): for the first that failed — the cause — else the first cancelled."""
         self._saw(operations)
         failed = [op for op in operations if op.state == OperationState.FAILED]
-        first = min(failed, key=lambda op: (op.failed_at is None, op.failed_at or 0)) if failed else operations[0]
+        first = failures.earliest(failed) if failed else operations[0]
         error = first.error or {"type": "Cancelled", "message": first.state}
         return StepFailed(first.name, error, error.get("cause") if isinstance(error, dict) else None)
 

@@ -96,8 +96,8 @@ def _settle(execution, ctx, *, suspended):
     failures.record_handled(execution, ctx)
     unseen = ctx._unhandled_failures()
     if unseen and not (suspended and execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE):
-        first = min(unseen, key=lambda name: (ctx._operations[name].failed_at, name))
-        return end(execution, ExecutionStatus.FAILED, failures.describe(execution, first))
+        first = failures.earliest([ctx._operations[name] for name in unseen])
+        return end(execution, ExecutionStatus.FAILED, failures.describe(execution, first.name))
     if not suspended:
         end(execution, ExecutionStatus.COMPLETED)
 

@@ -38,15 +38,14 @@ def before_replay(execution, operations, now) -> bool:
     the dispatcher loaded them) is updated in place to what it did. True when the replay must
     wait: running steps are awaited first (no_new_calls), the processes of those it cancelled
     must be gone (fail_fast); their end, the kill's report or the tick wakes it."""
-    unhandled = sorted((op for op in operations if op.state == OperationState.FAILED and not op.failure_handled),
-                       key=lambda op: op.failed_at)
+    unhandled = [op for op in operations if op.state == OperationState.FAILED and not op.failure_handled]
     if not unhandled:
         return False
     if execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE:
         if any(op.state == OperationState.PENDING for op in operations):
             steps.cancel_dependents(execution, unhandled, {op.name: op for op in operations})
         return False
-    first = unhandled[0]
+    first = earliest(unhandled)
     # Chosen by their state now, not as loaded: a step an agent started meanwhile is running.
     message = f"not started: {first.name} failed"
     steps.cancel_in_states(execution, OPERATION_NOT_STARTED, message, error=steps.cancelled_error(message, first.name))
@@ -59,6 +58,11 @@ def before_replay(execution, operations, now) -> bool:
     if any(not op.is_terminal for op in operations):
         return True
     return _still_stopping(execution, first, operations, now)
+
+
+def earliest(failed):
+    """The first to fail of ``failed`` (operations that failed): the failure the others follow."""
+    return min(failed, key=lambda op: op.failed_at)
 
 
 #: Seconds after KILL_GRACE_SECONDS (when SIGKILL went out) that the engine waits at most for an

@@ -148,14 +148,11 @@ class AnyOf:
         self._ctx, self.handles = ctx, handles
 
     def wait(self):
-        for handle in self.handles:
-            if handle.state == OperationState.SUCCEEDED:
-                self._ctx._saw(_failed_steps(self.handles))  # "any" accepts the others' failures
-                return handle.wait()
-        if all(handle.done for handle in self.handles):
-            self._ctx._saw(_failed_steps(self.handles))
-            self.handles[0].wait()  # every one failed: raise the first's failure
-        raise Suspend("any_of")
+        winner = next((handle for handle in self.handles if handle.state == OperationState.SUCCEEDED), None)
+        if winner is None and not all(handle.done for handle in self.handles):
+            raise Suspend("any_of")
+        self._ctx._saw(_failed_steps(self.handles))  # "any" accepts the others' failures
+        return (winner or self.handles[0]).wait()  # none succeeded: the first one's failure
 
     result = wait
 
@@ -174,12 +171,10 @@ class NoneOf:
         self._ctx, self.handles = ctx, handles
 
     def wait(self):
-        if any(handle.state == OperationState.SUCCEEDED for handle in self.handles):
-            self._ctx._saw(_failed_steps(self.handles))
-            return False
-        if all(handle.done for handle in self.handles):
-            self._ctx._saw(_failed_steps(self.handles))
-            return True
-        raise Suspend("none_of")
+        succeeded = any(handle.state == OperationState.SUCCEEDED for handle in self.handles)
+        if not succeeded and not all(handle.done for handle in self.handles):
+            raise Suspend("none_of")
+        self._ctx._saw(_failed_steps(self.handles))
+        return not succeeded
 
     result = wait

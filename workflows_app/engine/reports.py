@@ -142,6 +142,10 @@ def record_cancelled(operation, attempt, error):
     return True
 
 
+#: The key of the ``log`` event data that says an attempt's processes are gone (its value: the attempt).
+PROCESSES_GONE = "processes_gone"
+
+
 def record_processes_gone(attempts):
     """The kill of these attempts (pairs of operation id and attempt) is over: their process
     groups are gone. Each gets a ``log`` event saying so; an execution whose failure mode
@@ -158,10 +162,6 @@ def record_processes_gone(attempts):
                .order_by().values_list("execution_id", flat=True).distinct())
     for execution_id in waiting:
         dispatch.send_advance(execution_id)
-
-
-#: The key of the ``log`` event data that says an attempt's processes are gone (its value: the attempt).
-PROCESSES_GONE = "processes_gone"
 
 
 def _stale(operation, attempt, refused, data):
