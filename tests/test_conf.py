@@ -18,7 +18,7 @@ SPEC_DEFAULTS = {
     "MANAGEMENT_QUEUE": "management", "FAILURE_MODE": "no_new_calls", "MAX_RETRIES": 3,
     "RETRY_INTERVAL": 5, "WAIT_AFTER_FAIL": 600, "KILL_GRACE_SECONDS": 5, "CANCEL_TIMEOUT": 3600,
     "AGENT_HEARTBEAT_SECONDS": 10, "AGENT_OFFLINE_AFTER_SECONDS": 60, "ABORT_ON_TERMINATE": False,
-    "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
+    "FLOWER_URL": None, "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
 }
 
 
@@ -56,6 +56,14 @@ def test_a_value_that_cannot_work_is_a_system_check_error():
         assert sorted(e.id for e in checks.run_checks()) == ["workflows.E002", "workflows.E002"]
         with pytest.raises(ConfigurationError):
             workflows_settings.FAILURE_MODE
+
+
+def test_flower_url_must_be_an_http_url():
+    with override_settings(WORKFLOWS={"FLOWER_URL": "flower:5555"}):
+        assert [e.id for e in checks.run_checks()] == ["workflows.E002"]
+    with override_settings(WORKFLOWS={"FLOWER_URL": "http://127.0.0.1:5555"}):
+        assert checks.run_checks() == []
+        assert workflows_settings.FLOWER_URL == "http://127.0.0.1:5555"
 
 
 def test_an_unknown_attribute_is_an_error():

@@ -26,6 +26,7 @@ DEFAULTS = {
     "AGENT_HEARTBEAT_SECONDS": 10,
     "AGENT_OFFLINE_AFTER_SECONDS": 60,
     "ABORT_ON_TERMINATE": False,
+    "FLOWER_URL": None,
     "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
 }
 
@@ -58,6 +59,9 @@ def bad_values(user_settings) -> list[str]:
         found.append(f"WORKFLOWS['FAILURE_MODE'] must be one of {FailureMode.values}, not {user_settings['FAILURE_MODE']!r}")
     if "MANAGEMENT_QUEUE" in user_settings and not (isinstance(user_settings["MANAGEMENT_QUEUE"], str) and user_settings["MANAGEMENT_QUEUE"]):
         found.append("WORKFLOWS['MANAGEMENT_QUEUE'] must be a non-empty string")
+    if "FLOWER_URL" in user_settings and not (user_settings["FLOWER_URL"] is None or (
+            isinstance(user_settings["FLOWER_URL"], str) and user_settings["FLOWER_URL"].startswith(("http://", "https://")))):
+        found.append("WORKFLOWS['FLOWER_URL'] must be None or an http(s) URL, such as 'http://127.0.0.1:5555'")
     if "ABORT_ON_TERMINATE" in user_settings and not isinstance(user_settings["ABORT_ON_TERMINATE"], bool):
         found.append("WORKFLOWS['ABORT_ON_TERMINATE'] must be true or false")
     if "SHUTDOWN_PHASE_TIMEOUTS" in user_settings:
