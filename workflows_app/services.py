@@ -152,6 +152,34 @@ def force_resume(execution_id) -> Execution:
     return _resume(execution_id, "force-resume", FORCE_RESUMABLE, OPERATION_FORCE_RESUMABLE)
 
 
+#: The actions on an execution, by the name every entry point uses (SPEC §4, §8).
+ACTIONS = {"cancel": cancel, "force-cancel": force_cancel, "kill": kill, "resume": resume, "force-resume": force_resume}
+#: Who may take the actions that do not wait for the workflow (SPEC §8, §13).
+FORCE_PERMISSION = "workflows_app.force_execution"
+FORCE_ACTIONS = frozenset({"kill", "force-cancel", "force-resume"})
+
+
+def may_act(user, action) -> bool:
+    """Whether ``user`` may take ``action``: every signed-in user any action but the force ones,
+    which need FORCE_PERMISSION."""
+    return action not in FORCE_ACTIONS or user.has_perm(FORCE_PERMISSION)
+
+
+def actions_for(status) -> list[str]:
+    """The actions an execution in ``status`` allows, in ACTIONS' order. The action itself decides
+    again under the row lock: the status may have changed meanwhile. Kill, which on an ended
+    execution only stops leftover processes, is offered while the execution is active."""
+    status = ExecutionStatus(status)
+    allowed = {
+        "cancel": status in EXECUTION_WAITING or ExecutionStatus.CANCELLING in EXECUTION_TRANSITIONS[status],
+        "force-cancel": status in EXECUTION_WAITING or ExecutionStatus.FORCE_CANCELLING in EXECUTION_TRANSITIONS[status],
+        "kill": status not in EXECUTION_TERMINAL,
+        "resume": status in RESUMABLE,
+        "force-resume": status in FORCE_RESUMABLE,
+    }
+    return [action for action in ACTIONS if allowed[action]]
+
+
 def _resume(execution_id, action, allowed, reset_states) -> Execution:
     _refuse_unless(Execution.objects.get(pk=execution_id), action, allowed)  # before any dispatcher is stopped
     with transaction.atomic():

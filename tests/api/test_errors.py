@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from tests.api.conftest import API, assert_error
 from workflows_app import dispatch
-from workflows_app.api import views
+from workflows_app import services
 from workflows_app.models import Event, Execution
 from workflows_app.states import ExecutionStatus
 
@@ -154,7 +154,7 @@ def test_a_bug_is_a_json_500_internal_error_and_is_logged(user, started, monkeyp
     def broken(execution_id):
         raise RuntimeError("the bug")
 
-    monkeypatch.setitem(views.ACTION_SERVICES, "cancel", broken)
+    monkeypatch.setitem(services.ACTIONS, "cancel", broken)
     client = APIClient()
     client.force_authenticate(user)
     body = assert_error(client.post(f"{API}/executions/{started.pk}", {"action": "cancel"}, format="json"), 500,

@@ -4,9 +4,7 @@ force-resume — also need ``workflows_app.force_execution`` (as in the admin)."
 
 from rest_framework.permissions import BasePermission
 
-FORCE_PERMISSION = "workflows_app.force_execution"
-#: The actions on an execution that need FORCE_PERMISSION (SPEC §8).
-FORCE_ACTIONS = frozenset({"kill", "force-cancel", "force-resume"})
+from workflows_app.services import FORCE_PERMISSION
 
 
 class CanForceExecution(BasePermission):

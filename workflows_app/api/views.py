@@ -8,7 +8,7 @@ one for the operations' dependencies (prefetched) and one to check the execution
 import json
 import uuid
 
-from django.db.models import Count, Prefetch
+from django.db.models import Prefetch
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
@@ -17,11 +17,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.models import Agent
-from workflows_app import services
 from workflows_app import errors as domain
+from workflows_app import queries, services
 from workflows_app.api import errors
 from workflows_app.api.filters import EventFilter, ExecutionFilter
-from workflows_app.api.permissions import FORCE_ACTIONS, CanForceExecution
+from workflows_app.api.permissions import CanForceExecution
 from workflows_app.api.schema import EXECUTION_ID, EXECUTION_ORDERING_PARAMETER, READ_ERRORS
 from workflows_app.api.schema import errors as error_responses
 from workflows_app.api.serializers import (
@@ -38,18 +38,10 @@ from workflows_app.api.serializers import (
     WorkflowSerializer,
 )
 from workflows_app.conf import workflows_settings
-from workflows_app.models import Event, Execution, Operation, OperationDependency
+from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import workflows
-from workflows_app.states import OperationState
 
-ACTION_SERVICES = {
-    "cancel": services.cancel,
-    "force-cancel": services.force_cancel,
-    "kill": services.kill,
-    "resume": services.resume,
-    "force-resume": services.force_resume,
-}
-assert set(ACTION_SERVICES) == set(ACTIONS)
+assert set(services.ACTIONS) == set(ACTIONS)
 
 
 class WorkflowList(generics.ListAPIView):
@@ -164,12 +156,12 @@ class ExecutionDetail(ExecutionLookupMixin, generics.GenericAPIView):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         action = serializer.validated_data["action"]
-        if action not in ACTION_SERVICES:
+        if action not in services.ACTIONS:
             raise errors.UnknownAction(f"unknown action {action[:100]!r}: one of {', '.join(ACTIONS)}")
-        if action in FORCE_ACTIONS and not CanForceExecution().has_permission(request, self):
+        if not services.may_act(request.user, action):
             self.permission_denied(request, message=CanForceExecution.message)
         try:
-            ACTION_SERVICES[action](execution.pk)
+            services.ACTIONS[action](execution.pk)
         except Execution.DoesNotExist:
             raise NotFound(f"no execution {execution.pk}") from None
         except domain.TransitionRefused as exc:
@@ -207,10 +199,7 @@ class ExecutionGraph(ExecutionLookupMixin, generics.GenericAPIView):
                    parameters=[EXECUTION_ID], responses={200: GraphSerializer, **error_responses(401, 404)})
     def get(self, request, *args, **kwargs):
         execution = self.get_execution(Execution.objects.only("id"))
-        nodes = Operation.objects.filter(execution_id=execution.pk).values("name", "operation", "agent", "state")
-        edges = (OperationDependency.objects.filter(operation__execution_id=execution.pk).order_by("id")
-                 .values_list("depends_on__name", "operation__name"))
-        return Response(GraphSerializer({"nodes": list(nodes), "edges": [list(edge) for edge in edges]}).data)
+        return Response(GraphSerializer(queries.graph(execution.pk)).data)
 
 
 class ExecutionEvents(ExecutionLookupMixin, generics.GenericAPIView):
@@ -282,15 +271,8 @@ class NotFoundView(APIView):
         raise NotFound(f"no endpoint {request.path[:200]}")
 
 
-def operations_summary(execution_id) -> dict:
-    """How many operations of the execution are in each state: every state, zeros included (one query)."""
-    counts = dict(Operation.objects.filter(execution_id=execution_id).order_by().values_list("state")
-                  .annotate(count=Count("id")))
-    return {state.value: counts.get(state.value, 0) for state in OperationState}
-
-
 def _detail(execution):
-    execution.operations_summary = operations_summary(execution.pk)
+    execution.operations_summary = queries.operations_summary(execution.pk)
     return ExecutionDetailSerializer(execution).data
 
 

@@ -1,0 +1,43 @@
+"""What the entry points show of executions: the read-only queries the API, the admin and the
+commands share, each a constant number of queries however many operations there are."""
+
+from django.db.models import Count
+
+from workflows_app.models import Operation, OperationDependency
+from workflows_app.states import OperationState
+
+
+def operations_summary(execution_id) -> dict:
+    """How many operations of the execution are in each state: every state, zeros included (one query)."""
+    return operations_summaries([execution_id])[execution_id]
+
+
+def operations_summaries(execution_ids) -> dict:
+    """``operations_summary`` of each of ``execution_ids``, in one query (a page of a list)."""
+    counts = {pk: dict.fromkeys(OperationState.values, 0) for pk in execution_ids}
+    rows = (Operation.objects.filter(execution_id__in=counts).order_by()
+            .values_list("execution_id", "state").annotate(count=Count("id")))
+    for execution_id, state, count in rows:
+        counts[execution_id][state] = count
+    return counts
+
+
+def graph(execution_id) -> dict:
+    """The operations as a graph (SPEC §8): nodes with their state, and edges ``[from, to]``
+    where ``to`` depends on ``from`` (two queries)."""
+    nodes = Operation.objects.filter(execution_id=execution_id).values("name", "operation", "agent", "state")
+    edges = (OperationDependency.objects.filter(operation__execution_id=execution_id).order_by("id")
+             .values_list("depends_on__name", "operation__name"))
+    return {"nodes": list(nodes), "edges": [list(edge) for edge in edges]}
+
+
+def by_operation_and_state(execution_id) -> list[dict]:
+    """A graph too big to draw, summarised: per registered operation, how many of its steps are
+    in each state (one query)."""
+    rows = (Operation.objects.filter(execution_id=execution_id).order_by()
+            .values_list("operation", "state").annotate(count=Count("id")))
+    table = {}
+    for operation, state, count in rows:
+        table.setdefault(operation, dict.fromkeys(OperationState.values, 0))[state] = count
+    return [{"operation": operation, "total": sum(counts.values()), "states": counts}
+            for operation, counts in sorted(table.items())]
