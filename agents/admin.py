@@ -1,17 +1,47 @@
+"""The agents in Django admin (SPEC §13): online or offline, the age of the last heartbeat, the
+host, the operations running on each, and a link to the worker in Flower when FLOWER_URL is set.
+Agents register themselves when they start: nothing here adds or edits one."""
+
 from django.contrib import admin
+from django.utils.html import format_html
 
 from agents.models import Agent
+from workflows_app.admin import display
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["name", "agent_status", "hostname", "last_heartbeat", "incarnation"]
+    list_display = ["name", "status_badge", "heartbeat", "hostname", "running_operations", "concurrency", "flower"]
     search_fields = ["name", "hostname"]
-    readonly_fields = ["name", "incarnation", "hostname", "pid", "concurrency", "started_at", "last_heartbeat"]
+    readonly_fields = ["name", "status_badge", "heartbeat", "hostname", "running_operations", "flower", "incarnation",
+                       "pid", "concurrency", "started_at", "last_heartbeat"]
+    fields = readonly_fields
 
-    @admin.display(description="status")
-    def agent_status(self, obj):
-        return obj.status
+    class Media:
+        css = {"all": ["workflows_app/admin.css"]}
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).with_status()  # status and running in the list's one query
+
+    @admin.display(description="status", ordering="last_heartbeat")
+    def status_badge(self, agent):
+        return display.badge(agent.live_status)
+
+    @admin.display(description="last heartbeat", ordering="last_heartbeat")
+    def heartbeat(self, agent):
+        return display.age(agent.last_heartbeat)
+
+    @admin.display(description="running", ordering="running")
+    def running_operations(self, agent):
+        return agent.running
+
+    @admin.display(description="Flower")
+    def flower(self, agent):
+        url = display.flower_worker_url(f"{agent.name}@{agent.hostname}") if agent.hostname else None
+        return format_html('<a href="{}" target="_blank" rel="noopener">worker</a>', url) if url else "—"
 
     def has_add_permission(self, request):
-        return False  # agents register themselves when they start
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

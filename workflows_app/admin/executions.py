@@ -1,0 +1,341 @@
+"""Django admin for executions (SPEC §13): a list to find them, a page per execution to watch and
+steer it — its summary, a picture of its graph, its operations, its latest events, the five
+actions — and a form that starts one.
+
+Nothing here changes a status or a state by itself: the actions and the start call the same
+services as the API, and every refusal (``TransitionRefused``, an execution gone, a broker that
+does not answer) becomes a message on the page. Each page runs a constant number of queries,
+however many operations the execution has.
+"""
+
+from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import DatabaseError
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html_join
+from kombu.exceptions import OperationalError as BrokerError
+
+from workflows_app import queries, services
+from workflows_app.admin import display
+from workflows_app.admin.forms import StartExecutionForm
+from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
+from workflows_app.models import Event, Execution, Operation
+from workflows_app.registry import workflows
+from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, OperationState
+
+#: An execution with more operations than this is summarised (per operation and state), not drawn.
+GRAPH_DRAW_LIMIT = 300
+OPERATIONS_PER_PAGE = 50
+LATEST_EVENTS = 20
+#: Seconds between two refreshes of the graph while the execution is active.
+REFRESH_SECONDS = 2
+
+ACTION_LABELS = {"cancel": "Cancel", "force-cancel": "Force-cancel", "kill": "Kill", "resume": "Resume",
+                 "force-resume": "Force-resume"}
+ACTION_HELP = {
+    "cancel": "stop starting operations, let the running ones finish, then end cancelled",
+    "force-cancel": "end cancelled now, without waiting for the running operations",
+    "kill": "SIGTERM then SIGKILL to the processes of every running operation, on every agent",
+    "resume": "run the failed and cancelled operations again, with a new token",
+    "force-resume": "as resume, and send the operations left in flight again",
+}
+
+
+def take_action(modeladmin, request, action, execution_ids):
+    """Take ``action`` on each execution through its service and say how each went: the one place
+    the admin turns a refusal into a message."""
+    for pk in execution_ids:
+        try:
+            execution = services.ACTIONS[action](pk)
+        except Execution.DoesNotExist:
+            modeladmin.message_user(request, f"{action}: execution {pk} no longer exists", messages.WARNING)
+        except TransitionRefused as refused:
+            modeladmin.message_user(request, f"{action} refused: {refused}", messages.WARNING)
+        except BrokerError as exc:
+            modeladmin.message_user(request, f"{action} of {pk}: the message broker did not answer ({exc}); "
+                                    "what was recorded is carried on when it does", messages.ERROR)
+        except DatabaseError as exc:
+            modeladmin.message_user(request, f"{action} of {pk} failed: the database refused it ({exc})", messages.ERROR)
+        else:  # re-read: the service may have carried the action on to its end meanwhile
+            status = Execution.objects.filter(pk=pk).values_list("status", flat=True).first() or execution.status
+            modeladmin.message_user(request, f"{action}: execution {pk} is now {status}", messages.SUCCESS)
+
+
+def _bulk_action(action):
+    """A list action for ``action``; the force ones show a confirmation page first."""
+
+    def run(modeladmin, request, queryset):
+        ids = list(queryset.values_list("pk", flat=True))
+        if action in services.FORCE_ACTIONS and request.POST.get("confirmed") != "yes":
+            return modeladmin.confirm_page(request, action, ids)
+        take_action(modeladmin, request, action, ids)
+        return None
+
+    run.__name__ = f"{action.replace('-', '_')}_selected"
+    permissions = ["force"] if action in services.FORCE_ACTIONS else None
+    return admin.action(description=f"{ACTION_LABELS[action]} the selected executions", permissions=permissions)(run)
+
+
+@admin.action(description="Delete the selected executions that have ended", permissions=["delete"])
+def delete_ended(modeladmin, request, queryset):
+    """Django's delete (with its confirmation page) of the ended ones; an active execution is never deleted."""
+    active = queryset.filter(status__in=EXECUTION_ACTIVE).count()
+    if active:
+        modeladmin.message_user(request, f"{active} active execution(s) left alone: an execution is deleted only "
+                                "once it has ended", messages.WARNING)
+    return delete_selected(modeladmin, request, queryset.filter(status__in=EXECUTION_TERMINAL))
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    """By workflow: the registered ones (no query over the executions to find them)."""
+
+    title = "workflow"
+    parameter_name = "workflow_id"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in sorted(workflows())]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(workflow_id=self.value()) if self.value() else queryset
+
+
+class ExecutionChangeList(ChangeList):
+    """The list, with each row's count of operations per state read in one query for the page."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        rows = list(self.result_list)
+        summaries = queries.operations_summaries([execution.pk for execution in rows])
+        for execution in rows:
+            execution.operations_summary = summaries[execution.pk]
+
+
+@admin.register(Execution)
+class ExecutionAdmin(admin.ModelAdmin):
+    list_display = ["short_id", "status_badge", "workflow_id", "deployment_id", "created_at", "duration",
+                    "operations"]
+    list_display_links = ["short_id"]
+    list_filter = ["status", WorkflowFilter, "created_at"]
+    search_fields = ["^id", "deployment_id"]
+    search_help_text = "an execution id (or its start) or a deployment"
+    ordering = ["-created_at"]
+    list_per_page = 50
+    list_max_show_all = 1000
+    actions = [delete_ended] + [_bulk_action(action) for action in services.ACTIONS]
+
+    class Media:
+        css = {"all": ["workflows_app/admin.css"]}
+
+    # --- the list -----------------------------------------------------------------------------
+
+    def get_changelist(self, request, **kwargs):
+        return ExecutionChangeList
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # delete_ended takes its place
+        return actions
+
+    @admin.display(description="execution", ordering="id")
+    def short_id(self, execution):
+        return str(execution.pk)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, execution):
+        return display.badge(execution.status)
+
+    @admin.display(description="duration")
+    def duration(self, execution):
+        return display.duration(execution.started_at, execution.ended_at)
+
+    @admin.display(description="operations")
+    def operations(self, execution):
+        counts = [(state, count) for state, count in execution.operations_summary.items() if count]
+        return format_html_join(" ", '<span class="sy-count sy-{}" title="{}">{} {}</span>',
+                                ((state, state, count, state) for state, count in counts)) or "—"
+
+    # --- permissions: read-only records, deleted only once ended -------------------------------
+
+    def has_change_permission(self, request, obj=None):
+        return False  # statuses change through the actions; the rest of a row is history
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and not obj.is_terminal:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def has_force_permission(self, request):
+        return services.may_act(request.user, "kill")
+
+    # --- the pages ------------------------------------------------------------------------------
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path("<path:object_id>/graph/", view(self.graph_view), name="%s_%s_graph" % info),
+            path("<path:object_id>/act/", view(self.act_view), name="%s_%s_act" % info),
+        ] + super().get_urls()
+
+    def _execution_or_redirect(self, request, object_id):
+        """The execution the URL names and the user may see; (None, a redirect saying why) if not."""
+        execution = self.get_object(request, object_id)
+        if execution is None:
+            self.message_user(request, f"no execution {object_id!r}", messages.WARNING)
+            return None, redirect(reverse("admin:workflows_app_execution_changelist"))
+        if not self.has_view_permission(request, execution):
+            raise PermissionDenied
+        return execution, None
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """The execution's page. Queries: the execution, its count per state, a page of its
+        operations, its latest events, and (only when it is too big to draw) its summary per
+        operation — whatever the number of operations."""
+        execution, refused = self._execution_or_redirect(request, object_id)
+        if refused:
+            return refused
+        summary = queries.operations_summary(execution.pk)
+        total = sum(summary.values())
+        state = request.GET.get("state")
+        state = state if state in OperationState.values else None
+        operations = Operation.objects.filter(execution_id=execution.pk).order_by("pending_at", "id")
+        if state:
+            operations = operations.filter(state=state)
+        paginator = Paginator(operations.only(
+            "id", "execution_id", "name", "operation", "agent", "state", "attempt", "current_retries", "error",
+            "started_at", "succeeded_at", "failed_at", "cancelled_at"), OPERATIONS_PER_PAGE)
+        paginator.count = summary[state] if state else total  # known already: no COUNT query
+        page = paginator.get_page(request.GET.get("page"))
+        events = list(Event.objects.filter(execution_id=execution.pk).order_by("-id")[:LATEST_EVENTS])
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"{execution.workflow_id} · {execution.pk}",
+            "execution": execution,
+            "status_badge": display.badge(execution.status),
+            "duration": display.duration(execution.started_at, execution.ended_at),
+            "active": not execution.is_terminal,
+            "summary": summary,
+            "total": total,
+            "state_filter": state,
+            "page": page,
+            "operations": [self._operation_row(operation) for operation in page.object_list],
+            "events": events,
+            "events_url": reverse("admin:workflows_app_event_changelist") + f"?execution__id__exact={execution.pk}",
+            "parameters": display.pretty_json(execution.parameters),
+            "payload": display.pretty_json(execution.payload),
+            "draw_graph": 0 < total <= GRAPH_DRAW_LIMIT,
+            "graph_limit": GRAPH_DRAW_LIMIT,
+            "by_operation": queries.by_operation_and_state(execution.pk) if total > GRAPH_DRAW_LIMIT else None,
+            "states": OperationState.values,
+            "graph_url": reverse("admin:workflows_app_execution_graph", args=[execution.pk]),
+            "act_url": reverse("admin:workflows_app_execution_act", args=[execution.pk]),
+            "refresh_ms": REFRESH_SECONDS * 1000,
+            "actions_offered": [
+                {"name": action, "label": ACTION_LABELS[action], "help": ACTION_HELP[action],
+                 "confirm": action in services.FORCE_ACTIONS}
+                for action in services.actions_for(execution.status) if services.may_act(request.user, action)],
+            "can_delete": self.has_delete_permission(request, execution),
+            "flower": display.flower_url(""),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/workflows_app/execution/detail.html", context)
+
+    def _operation_row(self, operation):
+        ended = operation.succeeded_at or operation.failed_at or operation.cancelled_at
+        error = operation.error or {}
+        return {
+            "operation": operation,
+            "badge": display.badge(operation.state),
+            "duration": display.duration(operation.started_at, ended if operation.is_terminal else None),
+            "error": f"{error.get('type', '')}: {error.get('message', '')}" if error else "",
+            "flower": display.flower_task_url(operation.task_id) if operation.attempt else None,
+            "url": reverse("admin:workflows_app_operation_change", args=[operation.pk]),
+        }
+
+    def graph_view(self, request, object_id):
+        """The graph as JSON for the page's picture, with the execution's status (the page reloads
+        when it changes, and stops refreshing once it has ended)."""
+        execution = self.get_object(request, object_id)
+        if execution is None or not self.has_view_permission(request, execution):
+            return JsonResponse({"error_code": "not_found", "message": f"no execution {object_id!r}"}, status=404)
+        total = Operation.objects.filter(execution_id=execution.pk).count()
+        data = {"status": execution.status, "active": not execution.is_terminal, "too_large": total > GRAPH_DRAW_LIMIT}
+        data.update({"nodes": [], "edges": []} if data["too_large"] else queries.graph(execution.pk))
+        return JsonResponse(data)
+
+    def act_view(self, request, object_id):
+        """A button of the page: the action, after a confirmation page for the force ones."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        execution, refused = self._execution_or_redirect(request, object_id)
+        if refused:
+            return refused
+        action = request.POST.get("action")
+        if action not in services.ACTIONS:
+            self.message_user(request, f"unknown action {str(action)[:50]!r}", messages.ERROR)
+        elif not services.may_act(request.user, action):
+            self.message_user(request, f"{action} needs the permission {services.FORCE_PERMISSION}", messages.ERROR)
+        elif action in services.FORCE_ACTIONS and request.POST.get("confirmed") != "yes":
+            return self.confirm_page(request, action, [execution.pk])
+        else:
+            take_action(self, request, action, [execution.pk])
+        return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[execution.pk]))
+
+    def confirm_page(self, request, action, execution_ids):
+        """"Are you sure?" for a force action on these executions (from a button or the list)."""
+        shown = list(Execution.objects.filter(pk__in=execution_ids).only("id", "workflow_id", "status")[:100])
+        return TemplateResponse(request, "admin/workflows_app/execution/confirm_action.html", {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"{ACTION_LABELS[action]}: are you sure?",
+            "action": action,
+            "label": ACTION_LABELS[action],
+            "help": ACTION_HELP[action],
+            "executions": shown,
+            "more": len(execution_ids) - len(shown),
+            "ids": execution_ids,
+            "from_list": request.POST.get("action") != action,  # a list action posts its function's name
+            "act_url": reverse("admin:workflows_app_execution_act", args=[execution_ids[0]]) if execution_ids else "",
+        })
+
+    def add_view(self, request, form_url="", extra_context=None):
+        """"Start execution": the form, then ``services.start`` — the API's checks and refusals."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = StartExecutionForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                execution = services.start(form.cleaned_data["workflow"], created_by=request.user.get_username(),
+                                           **form.start_arguments())
+            except RegistrationError as exc:
+                form.add_error("workflow", str(exc))
+            except ParameterError as exc:
+                form.add_error("parameters", str(exc))
+            except ExistingRunningExecution as exc:
+                form.add_error("deployment_id", str(exc))
+            except BrokerError as exc:  # raised after the commit: the execution is recorded, pending
+                self.message_user(request, f"the execution was recorded, but the message broker did not answer "
+                                  f"({exc}); a manager starts it once the broker answers", messages.WARNING)
+                return HttpResponseRedirect(reverse("admin:workflows_app_execution_changelist"))
+            else:
+                self.message_user(request, f"started {execution.workflow_id}: execution {execution.pk} is "
+                                  f"{execution.status}", messages.SUCCESS)
+                return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[execution.pk]))
+        registered = [{"name": name, "parameters": definition.parameters(),
+                       "failure_mode": definition.failure_mode or "", "timeout": definition.timeout}
+                      for name, definition in sorted(workflows().items())]
+        return TemplateResponse(request, "admin/workflows_app/execution/start.html", {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Start an execution",
+            "form": form,
+            "workflows": registered,
+            **(extra_context or {}),
+        })
