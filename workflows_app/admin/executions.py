@@ -230,7 +230,8 @@ class ExecutionAdmin(admin.ModelAdmin):
             "events_url": reverse("admin:workflows_app_event_changelist") + f"?execution__id__exact={execution.pk}",
             "parameters": display.pretty_json(execution.parameters),
             "payload": display.pretty_json(execution.payload),
-            "draw_graph": 0 < total <= GRAPH_DRAW_LIMIT,
+            # An active execution's picture is drawn (and refreshed) before its first operation.
+            "draw_graph": total <= GRAPH_DRAW_LIMIT and (total > 0 or not execution.is_terminal),
             "graph_limit": GRAPH_DRAW_LIMIT,
             "by_operation": queries.by_operation_and_state(execution.pk) if total > GRAPH_DRAW_LIMIT else None,
             "states": OperationState.values,
