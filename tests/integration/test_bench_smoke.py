@@ -24,3 +24,11 @@ def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
                  "chain: per step", "start throughput: 10 starts",
                  "suspended: RSS with 5 executions waiting", "wake: 5 events delivered until all completed"):
         assert case in table
+
+
+def test_the_admin_page_timing_runs_and_reports_its_queries():
+    done = subprocess.run([sys.executable, "-m", "bench.admin_page", "--operations", "400", "--rounds", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for case in ("admin page, 10 operations", "admin page, 400 operations", "admin graph JSON, 400 operations"):
+        assert case in done.stdout
