@@ -1,11 +1,16 @@
 """``manage.py standalone``: the whole local stack in one command (compare ``airflow standalone``).
 
-Starts the embedded Redis (when no broker is configured), applies migrations, makes sure an ``admin`` user exists and prints its password, then runs the
-web server (API and admin), a manager, one agent named ``local`` and Flower as child
-processes, and starts the bundled ``demo`` workflow, each in its own process group.
-Ctrl-C stops all of it gracefully.
+Starts the embedded Redis (when no broker is configured), applies migrations, makes sure an
+``admin`` user exists, then runs the web server (API and admin), a manager, one agent named
+``local`` and Flower as child processes, each in its own process group, and starts the bundled
+``demo`` workflow. The terminal shows what a person needs: the URLs, the admin password, the
+demo's progress and result, and the children's warnings and errors; each child's whole output
+goes to ``var/logs/<name>.log`` (``--verbose`` shows it on the terminal too). Ctrl-C or SIGTERM
+stops all of it gracefully.
 """
 
+import json
+import os
 import secrets
 import sys
 import time
@@ -14,15 +19,22 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import DatabaseError
+from django.db.models import Count, Q
+from django.urls import NoReverseMatch, reverse
 
 from switchyard import embedded_redis
 from switchyard.supervisor import Child, Supervisor
 from workflows_app import services
 from workflows_app.conf import workflows_settings
+from workflows_app.errors import ParameterError, RegistrationError
 from workflows_app.models import Execution
-from workflows_app.states import EXECUTION_ACTIVE
+from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, OPERATION_TERMINAL, ExecutionStatus, OperationState
 
 PASSWORD_FILE = "standalone_admin_password.txt"
+LOG_DIR = "logs"
+#: How often the demo's progress is read: one aggregate query each time, while it runs.
+PROGRESS_POLL_SECONDS = 0.5
 
 
 class Command(BaseCommand):
@@ -35,46 +47,100 @@ class Command(BaseCommand):
         parser.add_argument("--no-flower", action="store_true", help="do not start Flower")
         parser.add_argument("--no-demo", action="store_true", help="do not start the demo workflow")
         parser.add_argument("--concurrency", type=int, default=2, help="pool size of the manager and of the agent")
+        parser.add_argument("--verbose", action="store_true",
+                            help="show every line the processes write, not only their warnings and errors "
+                                 "(it all goes to var/logs/<process>.log either way)")
 
-    def handle(self, *args, address, port, flower_port, no_flower, no_demo, concurrency, **options):
+    def handle(self, *args, address, port, flower_port, no_flower, no_demo, concurrency, verbose, **options):
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         # The embedded Redis belongs to the stack: stopped with it, unless it was already
         # running for someone else before this command started.
         own_redis = settings.SWITCHYARD_EMBEDDED_REDIS and not embedded_redis.ping(settings.VAR_DIR)
+        try:
+            status = self._run(address, port, flower_port, no_flower, no_demo, concurrency, verbose)
+        finally:
+            if own_redis:
+                embedded_redis.stop(settings.VAR_DIR)
+                self.say("embedded Redis stopped")
+        sys.exit(status)
+
+    def _run(self, address, port, flower_port, no_flower, no_demo, concurrency, verbose):
         if settings.SWITCHYARD_EMBEDDED_REDIS:
             embedded_redis.ensure_running(settings.VAR_DIR)
-            self.stdout.write(f"embedded Redis: {settings.CELERY_BROKER_URL}")
+            self.say(f"embedded Redis: {settings.CELERY_BROKER_URL}")
         call_command("migrate", interactive=False, verbosity=0)
         password = self._admin_password()
+        phases = workflows_settings.SHUTDOWN_PHASE_TIMEOUTS
+        supervisor = Supervisor(self._children(address, port, flower_port, no_flower, concurrency),
+                                log_dir=settings.VAR_DIR / LOG_DIR, cwd=settings.BASE_DIR, out=self.stdout,
+                                verbose=verbose, grace=float(sum(phases.values())),
+                                before_stop=self._abort_executions if workflows_settings.ABORT_ON_TERMINATE else None)
+        supervisor.start()
+        try:
+            self._banner(address, port, None if no_flower else flower_port, password, verbose)
+            progress = None if no_demo else self._start_demo(address, port)
+            return supervisor.wait(on_tick=progress)
+        finally:
+            supervisor.stop()  # already done unless something above raised
 
+    def say(self, text):
+        """A line on the terminal, at once: it may be a pipe (``make start | tee``), where
+        Python would otherwise hold it back."""
+        self.stdout.write(text)
+        self.stdout.flush()
+
+    def _children(self, address, port, flower_port, no_flower, concurrency):
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        web_env = {} if no_flower else self._linking_to_flower(f"http://{address}:{flower_port}")
         children = [
-            Child("web", manage + ["runserver", "--noreload", f"{address}:{port}"]),
+            Child("web", manage + ["runserver", "--noreload", f"{address}:{port}"], env=web_env),
             Child("manager", manage + ["run_manager", f"--concurrency={concurrency}"]),
             Child("agent", manage + ["run_agent", "local", f"--concurrency={concurrency}"]),
         ]
         if not no_flower:
             children.append(Child("flower", manage + ["run_flower", f"--address={address}", f"--port={flower_port}"]))
-        phases = workflows_settings.SHUTDOWN_PHASE_TIMEOUTS
-        supervisor = Supervisor(children, cwd=settings.BASE_DIR, out=self.stdout,
-                                grace=float(sum(phases.values())),
-                                before_stop=self._abort_executions if workflows_settings.ABORT_ON_TERMINATE else None)
-        supervisor.start()
-        self.stdout.write(
-            "\nSwitchyard is running:\n"
-            f"  admin   http://{address}:{port}/admin/   user admin, password {password}\n"
-            + (f"  flower  http://{address}:{flower_port}/\n" if not no_flower else "")
-            + "Press Ctrl-C to stop.\n"
-        )
-        if not no_demo:
+        return children
+
+    @staticmethod
+    def _linking_to_flower(url):
+        """The web server's environment for an admin that links to this stack's Flower, unless
+        WORKFLOWS already names a Flower of its own."""
+        if workflows_settings.FLOWER_URL:
+            return {}
+        overrides = json.loads(os.environ.get("SWITCHYARD_WORKFLOWS") or "{}")
+        return {"SWITCHYARD_WORKFLOWS": json.dumps({**overrides, "FLOWER_URL": url})}
+
+    def _banner(self, address, port, flower_port, password, verbose):
+        base = f"http://{address}:{port}"
+        lines = [
+            "",
+            "Switchyard is running:",
+            f"  admin     {base}/admin/   user admin, password {password}",
+            f"  API docs  {base}/api/v1/docs",
+        ]
+        if flower_port is not None:
+            lines.append(f"  Flower    http://{address}:{flower_port}/")
+        lines.append(f"  logs      {settings.VAR_DIR / LOG_DIR}/<process>.log"
+                     + ("" if verbose else " (only their warnings and errors here; all of it with --verbose)"))
+        lines.append("Press Ctrl-C to stop.")
+        self.say("\n".join(lines) + "\n")
+
+    def _start_demo(self, address, port):
+        """Starts the bundled ``demo`` workflow; returns what shows its progress, or None when
+        it cannot be started (another SWITCHYARD_WORKFLOW_MODULES may not have it)."""
+        try:
             execution = services.start("demo", created_by="standalone")
-            self.stdout.write(f"demo workflow started: execution {execution.pk}\n"
-                              f"  follow it: python manage.py tail_events {execution.pk} --follow\n")
-        status = supervisor.wait()
-        if own_redis:
-            embedded_redis.stop(settings.VAR_DIR)
-            self.stdout.write("embedded Redis stopped")
-        sys.exit(status)
+        except (RegistrationError, ParameterError) as exc:
+            self.say(f"demo workflow not started: {exc}")
+            return None
+        self.say(f"demo workflow started: execution {execution.pk}")
+        try:
+            self.say(f"  watch it: http://{address}:{port}"
+                     + reverse("admin:workflows_app_execution_change", args=[execution.pk]))
+        except NoReverseMatch:
+            pass
+        self.say(f"  follow it: python manage.py tail_events {execution.pk} --follow")
+        return DemoProgress(execution.pk, self.say)
 
     def _abort_executions(self):
         """WORKFLOWS["ABORT_ON_TERMINATE"] (Cromwell's abort-jobs-on-terminate): the stack is
@@ -85,11 +151,11 @@ class Command(BaseCommand):
             try:
                 services.kill(pk)
             except Exception as exc:  # one execution must not keep the others from stopping
-                self.stdout.write(f"could not kill execution {pk}: {exc}")
+                self.say(f"could not kill execution {pk}: {exc}")
         deadline = time.monotonic() + workflows_settings.SHUTDOWN_PHASE_TIMEOUTS["stop_intake"] + workflows_settings.KILL_GRACE_SECONDS
         while time.monotonic() < deadline and Execution.objects.filter(pk__in=active, status__in=EXECUTION_ACTIVE).exists():
             time.sleep(0.2)
-        self.stdout.write(f"ABORT_ON_TERMINATE: killed {len(active)} active execution(s)")
+        self.say(f"ABORT_ON_TERMINATE: killed {len(active)} active execution(s)")
 
     def _admin_password(self):
         """The admin user's password: made once, kept under var/ so every start prints the same."""
@@ -106,3 +172,66 @@ class Command(BaseCommand):
         path.write_text(password + "\n")
         path.chmod(0o600)
         return password
+
+
+class DemoProgress:
+    """Shows one execution's progress: a line whenever its status or its count of finished
+    operations changes (``demo: 3/5 operations done``), then its end and result. Called on
+    every turn of the supervisor's wait loop; it reads the database at most every
+    PROGRESS_POLL_SECONDS, with one aggregate query, and not at all once the execution ended."""
+
+    def __init__(self, execution_id, say, name="demo"):
+        self.execution_id = execution_id
+        self.say = say
+        self.name = name
+        self.ended = False
+        self._next_poll = 0.0
+        self._last_line = None
+        self._last_error = None
+
+    def __call__(self):
+        if self.ended or time.monotonic() < self._next_poll:
+            return
+        self._next_poll = time.monotonic() + PROGRESS_POLL_SECONDS
+        try:
+            row = progress(self.execution_id)
+        except DatabaseError as exc:  # a busy database must not stop the stack; say it once
+            if str(exc) != self._last_error:
+                self._last_error = str(exc)
+                self.say(f"{self.name}: could not read its progress: {exc}")
+            return
+        except Execution.DoesNotExist:  # deleted meanwhile (the admin, another command)
+            self.ended = True
+            self.say(f"{self.name}: its execution {self.execution_id} is gone")
+            return
+        self._show(row)
+
+    def _show(self, row):
+        counts = f"{row['done']}/{row['total']} operations done" + (f" ({row['failed']} failed)" if row["failed"] else "")
+        status = row["status"]
+        shown_apart = status == ExecutionStatus.STARTED or status in EXECUTION_TERMINAL  # the end has its own line
+        line = f"{self.name}: {counts}" if shown_apart else f"{self.name}: {status}, {counts}"
+        if row["total"] and line != self._last_line:
+            self.say(line)
+        self._last_line = line
+        if status in EXECUTION_TERMINAL:
+            self.ended = True
+            self.say(self._outcome(row))
+
+    def _outcome(self, row):
+        took = f" in {(row['ended_at'] - row['started_at']).total_seconds():.1f}s" if row["started_at"] and row["ended_at"] else ""
+        if row["status"] == ExecutionStatus.COMPLETED:
+            return f"{self.name}: completed{took}, result {json.dumps(row['payload'])}"
+        error = (row["error"] or "").strip().splitlines()
+        return f"{self.name}: {row['status']}{took}" + (f": {error[0]}" if error else "")
+
+
+def progress(execution_id):
+    """An execution's status, payload, error and counts of its operations (all, finished,
+    failed), in one query."""
+    return (Execution.objects.filter(pk=execution_id)
+            .annotate(total=Count("operations"),
+                      done=Count("operations", filter=Q(operations__state__in=OPERATION_TERMINAL)),
+                      failed=Count("operations", filter=Q(operations__state=OperationState.FAILED)))
+            .values("status", "payload", "error", "started_at", "ended_at", "total", "done", "failed")
+            .get())
