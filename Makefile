@@ -13,8 +13,10 @@ venv:
 start: venv
 	$(PY) manage.py standalone
 
-## test: the whole test suite against whatever DATABASE_URL / CELERY_BROKER_URL say (default: embedded)
+## test: the whole test suite against whatever DATABASE_URL / CELERY_BROKER_URL say (default: embedded);
+## first installs Debian's chromium (the browser test) and docker-compose when they are missing
 test: venv
+	@sh scripts/ensure_test_tools.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 check: venv
