@@ -79,7 +79,7 @@ def outbox(monkeypatch):
     (execution ids), ``["operation"]`` (step names), ``["revoke"]`` (task ids, terminate),
     ``["kill"]`` (the attempts of each broadcast kill)."""
     sent = {"advance": [], "operation": [], "revoke": [], "kill": []}
-    monkeypatch.setattr(dispatch, "send_advance", lambda pk: sent["advance"].append(str(pk)))
+    monkeypatch.setattr(dispatch, "send_advance", lambda pk, workflow_id=None: sent["advance"].append(str(pk)))
     monkeypatch.setattr(dispatch, "send_operations", lambda ops: sent["operation"].extend(op.name for op in ops))
     monkeypatch.setattr(dispatch, "revoke", lambda ids, terminate=False: sent["revoke"].append((list(ids), terminate)))
     monkeypatch.setattr(dispatch, "broadcast_kill",

@@ -36,7 +36,7 @@ def noop(ctx):
 
 @pytest.fixture(autouse=True)
 def quiet(monkeypatch):
-    monkeypatch.setattr(dispatch, "send_advance", lambda pk: None)
+    monkeypatch.setattr(dispatch, "send_advance", lambda pk, workflow_id=None: None)
     monkeypatch.setattr(dispatch, "send_operations", lambda ops: None)
 
 

@@ -13,7 +13,7 @@ from workflows_app.states import FailureMode, OperationState
 @pytest.fixture
 def woken(monkeypatch):
     sent = []
-    monkeypatch.setattr(dispatch, "send_advance", lambda pk: sent.append(str(pk)))
+    monkeypatch.setattr(dispatch, "send_advance", lambda pk, workflow_id=None: sent.append(str(pk)))
     monkeypatch.setattr(dispatch, "send_operations", lambda ops: None)
     return sent
 

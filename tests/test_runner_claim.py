@@ -23,7 +23,7 @@ def probe(ctx, value):
 @pytest.fixture(autouse=True)
 def quiet(monkeypatch):
     CALLS.clear()
-    monkeypatch.setattr(dispatch, "send_advance", lambda pk: None)
+    monkeypatch.setattr(dispatch, "send_advance", lambda pk, workflow_id=None: None)
     monkeypatch.setattr(dispatch, "send_operations", lambda ops: None)
 
 

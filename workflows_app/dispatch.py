@@ -8,11 +8,19 @@ the app's ``ignore_result`` (``task_ignore_result``): left out, the message says
 overrides both in the worker. Each message would then make the sender subscribe to its result
 channel, and the worker store a result in Redis and publish it. The result belongs in the
 database, so neither is needed.
+
+Every message also carries Celery's monitoring headers (``shadow``, ``argsrepr``,
+``kwargsrepr``: :func:`operation_headers`, :func:`advance_headers`), so Flower, ``celery
+events`` and the workers' logs name the workflow, the step and the operation instead of
+``agents.run_operation`` and two ids. They only describe the message: its args are what the
+worker reads.
 """
 
+import functools
 import logging
 
 from workflows_app.conf import workflows_settings
+from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import OperationState
 
@@ -28,10 +36,87 @@ def _app():
     return app
 
 
-def send_advance(execution_id):
-    """Ask a manager to run the execution's dispatcher (start, wake or finish it)."""
-    _app().send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
-                     ignore_result=True)
+#: Between the parts of a name shown in Flower: ``install › create_vm (create_vm)``.
+NAME_SEPARATOR = " › "
+
+
+def operation_headers(workflow_id, operation) -> dict:
+    """Celery's monitoring headers for the message of ``operation``'s current attempt.
+
+    ``shadow``, the name Flower lists and filters by (``taskname``), is ``<workflow> › <step>
+    (<operation>)``: the same for every attempt, so the filter finds them all (the attempt is in
+    the task id and ``argsrepr``). ``argsrepr`` says what the runner's two args stand for.
+    ``kwargsrepr`` is the whole context as a Python literal, which Flower's search reads as
+    key/value pairs: ``kwargs:execution=<id>`` lists every message of an execution,
+    ``kwargs:step=<name>`` one step's. ``workflow_id`` may be None (not known): the name then
+    starts at the step."""
+    execution_id = str(operation.execution_id)
+    step = f"{operation.name} ({operation.operation})"
+    context = {"workflow": workflow_id, "execution": execution_id, "step": operation.name,
+               "operation": operation.operation}
+    return {
+        "shadow": NAME_SEPARATOR.join([workflow_id, step]) if workflow_id else step,
+        "argsrepr": f"(execution={execution_id!r}, step={operation.name!r}, attempt={operation.attempt})",
+        "kwargsrepr": _literal(context),
+    }
+
+
+def advance_headers(execution_id, workflow_id=None) -> dict:
+    """Celery's monitoring headers for an ``advance`` message: ``advance › <workflow>`` when the
+    sender knows the workflow (no query is made to learn it), else Celery's own task name; the
+    execution in ``argsrepr`` and, searchable as for an operation, in ``kwargsrepr``."""
+    execution_id = str(execution_id)
+    headers = {
+        "argsrepr": f"(execution={execution_id!r})",
+        "kwargsrepr": _literal({"workflow": workflow_id, "execution": execution_id}),
+    }
+    if workflow_id:
+        headers["shadow"] = f"advance{NAME_SEPARATOR}{workflow_id}"
+    return headers
+
+
+def _literal(context) -> str:
+    """``context`` without its unknown (None) values, as a Python literal."""
+    return repr({key: value for key, value in context.items() if value is not None})
+
+
+class _SentUnderShadow:
+    """Publishes a message's ``task-sent`` event under its shadow name.
+
+    Celery names that event after the task itself (``celery.app.amqp.AMQP.as_task_v2``), and
+    Flower's state (``celery.events.state.Task.event``) takes every field of a ``task-sent``
+    event that arrives after the worker's ``task-received`` — as it does whenever the worker is
+    quicker than its sender publishes the event. Without this, such a task would be listed as
+    ``agents.run_operation`` again. ``send_task`` hands it to ``send_task_message`` as its
+    ``event_dispatcher``."""
+
+    def __init__(self, dispatcher, shadow):
+        self.dispatcher, self.shadow = dispatcher, shadow
+
+    def publish(self, type, fields, producer, **kwargs):
+        return self.dispatcher.publish(type, {**fields, "name": self.shadow}, producer, **kwargs)
+
+
+@functools.cache
+def _event_dispatcher(app):
+    """A disabled dispatcher, as Celery's own for ``task-sent``: it publishes through the
+    producer it is given."""
+    return app.events.Dispatcher(enabled=False)
+
+
+def _options(app, headers) -> dict:
+    """``send_task`` options for ``headers``: with a shadow, its ``task-sent`` event is named so."""
+    if "shadow" not in headers:
+        return headers
+    return {**headers, "event_dispatcher": _SentUnderShadow(_event_dispatcher(app), headers["shadow"])}
+
+
+def send_advance(execution_id, workflow_id=None):
+    """Ask a manager to run the execution's dispatcher (start, wake or finish it). A caller that
+    holds the execution passes its ``workflow_id``, which only names the message in Flower."""
+    app = _app()
+    app.send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
+                  ignore_result=True, **_options(app, advance_headers(execution_id, workflow_id)))
 
 
 #: Messages sent between two writes of their ``sent`` state: an agent that gets a message
@@ -42,7 +127,11 @@ SENT_BATCH = 50
 def send_operations(operations):
     """Send the current attempt of each operation to its agent's queue, then record those still
     ``sending`` as ``sent`` (not one the agent or a cancel already moved on): one producer (one
-    broker connection) for all the messages, the ``sent`` states written a batch at a time."""
+    broker connection) for all the messages, the ``sent`` states written a batch at a time.
+
+    Each message is named after its workflow (:func:`operation_headers`), taken from the
+    execution an operation holds (a caller that has the execution attaches it: no query), else
+    read for the whole batch in one query."""
     from workflows_app.transitions import operations_transition
 
     app = _app()
@@ -50,6 +139,7 @@ def send_operations(operations):
     with app.producer_or_acquire() as producer:
         for start in range(0, len(operations), SENT_BATCH):
             batch = operations[start:start + SENT_BATCH]
+            workflows = _workflow_ids(batch)
             for operation in batch:
                 app.send_task(
                     RUNNER_TASK,
@@ -58,9 +148,31 @@ def send_operations(operations):
                     queue=operation.agent,
                     producer=producer,
                     ignore_result=True,
+                    **_options(app, operation_headers(workflows.get(str(operation.execution_id)), operation)),
                 )
             # Those the agent (or a cancel) already moved on are left out, as they should be.
             operations_transition([op for op in batch if op.state == OperationState.SENDING], OperationState.SENT)
+
+
+def _workflow_ids(operations) -> dict:
+    """The workflow id of each execution of ``operations`` (keys: execution ids as text): from
+    the execution an operation holds when that was loaded with its workflow id, the others' in
+    one query — never one per operation."""
+    known, missing = {}, set()
+    for operation in operations:
+        key = str(operation.execution_id)
+        if key in known:
+            continue
+        execution = operation.execution if Operation.execution.is_cached(operation) else None
+        if execution is not None and "workflow_id" not in execution.get_deferred_fields():
+            known[key] = execution.workflow_id
+        else:
+            missing.add(key)
+    missing -= known.keys()
+    if missing:
+        known.update((str(pk), workflow_id) for pk, workflow_id in
+                     Execution.objects.filter(pk__in=missing).values_list("pk", "workflow_id"))
+    return known
 
 
 def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):

@@ -59,7 +59,7 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
             if not queue:
                 raise ExistingRunningExecution(deployment_id, holder)  # rolls the new row back
             return execution_transition(execution, ExecutionStatus.QUEUED, message=f"queued behind {holder}")
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
     return execution
 
 
@@ -80,13 +80,13 @@ def send_event(execution_id, name, payload=None) -> Event:
     with transaction.atomic():
         # No row lock: a dispatcher holds it while the workflow function runs; the advance sent
         # below runs after it and sees the event.
-        execution = Execution.objects.only("id", "status").get(pk=execution_id)
+        execution = Execution.objects.only("id", "status", "workflow_id").get(pk=execution_id)
         if execution.status in EXECUTION_TERMINAL:
             raise ActionRefused("send an event to", execution.pk, ExecutionStatus(execution.status),
                                 sorted(set(ExecutionStatus) - EXECUTION_TERMINAL))
         event = record_event(execution.pk, EventType.EVENT_RECEIVED, f"event {name[:100]!r} received",
                              {"name": name, "payload": payload})
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
     return event
 
 
@@ -190,7 +190,7 @@ def _resume(execution_id, action, allowed, reset_states) -> Execution:
                              data={"action": action, "error": execution.error[:2000]})
         steps.reset(execution, reset_states, f"reset by {action}")
         failures.skip_backoff(execution)
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
     return execution
 
 

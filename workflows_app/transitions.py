@@ -167,8 +167,9 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
     return operation
 
 
-#: What a completion reads of the execution it locks (the payload, which may be large, is not).
-LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode")
+#: What a completion reads of the execution it locks (the payload, which may be large, is not;
+#: the workflow id names the messages it sends, in Flower).
+LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode", "workflow_id")
 #: The columns an event statement of this module writes, in its order.
 EVENT_COLUMNS = ("execution", "operation", "type", "message", "data", "timestamp")
 

@@ -151,5 +151,5 @@ def kill_broadcasts(monkeypatch):
 def advances(monkeypatch):
     """``send_advance`` calls (which run on commit), recorded instead of sent."""
     sent = []
-    monkeypatch.setattr(dispatch, "send_advance", lambda execution_id: sent.append(str(execution_id)))
+    monkeypatch.setattr(dispatch, "send_advance", lambda execution_id, workflow_id=None: sent.append(str(execution_id)))
     return sent

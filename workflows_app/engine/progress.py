@@ -49,8 +49,16 @@ def send_ready(execution, operations, failed=None):
     returns those sent. ``failed``: as for :func:`policy.allows_new_calls`."""
     ready = [op for op in operations if op.state == OperationState.PENDING and op.pending_dependencies == 0]
     if ready and policy.allows_new_calls(execution, failed):
-        return send_many(ready)
+        return send_many(_holding(execution, ready))
     return []
+
+
+def _holding(execution, operations):
+    """``operations``, each holding ``execution``: their messages are named after its workflow
+    without a query (``dispatch.send_operations``)."""
+    for operation in operations:
+        operation.execution = execution
+    return operations
 
 
 def can_progress(execution) -> bool:
@@ -100,6 +108,6 @@ def send_due_retries(now=None, limit=500):
             # handled yet (the dispatcher, woken by that failure, cancels this step under the
             # failure mode), or the execution is stopping (the stop cancels it).
             if policy.allows_new_calls(execution):
-                send(operation)
+                send_many(_holding(execution, [operation]))
                 sent += 1
     return sent

@@ -32,7 +32,7 @@ def start_next_queued(deployment_id):
         if not queued or active_of(deployment_id) is not None:
             return None
         execution = execution_transition(queued[0], ExecutionStatus.PENDING, message="its deployment is free: starting")
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
     return execution
 
 

@@ -43,7 +43,7 @@ def record_success(operation, attempt, result):
         ready, still_waiting, failed = _count_down_dependents(operation)
         sent = progress.send_ready(execution, ready, failed) if ready else []
         if operation.awaited:
-            transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+            transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
         elif not sent and not (still_waiting and execution.failure_mode != FailureMode.CONTINUE_WHILE_POSSIBLE):
             # Not idle when it just sent something, nor when a dependent still waits for another
             # dependency: that one is in flight, due for a retry, or failed — and outside
@@ -59,7 +59,7 @@ def _wake_if_idle(execution):
     looks, so the later one to look sees both and wakes the workflow (both may: an advance with
     nothing to do is harmless)."""
     if not progress.can_progress(execution):
-        dispatch.send_advance(execution.pk)
+        dispatch.send_advance(execution.pk, execution.workflow_id)
 
 
 def _count_down_dependents(operation):
@@ -118,7 +118,7 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
         if stop_process:
             steps.stop_attempts(execution.pk, [(operation.pk, attempt)])
         if target == OperationState.FAILED:
-            transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+            transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
     return True
 
 
@@ -138,7 +138,7 @@ def record_cancelled(operation, attempt, error):
                                  message=error.get("message", "")[:500])
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"error": error})
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk))
+        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
     return True
 
 
