@@ -82,7 +82,7 @@ def fill(page, name):
     return page.eval_on_selector(f'g.sy-node[data-name="{name}"] rect', "rect => getComputedStyle(rect).fill")
 
 
-def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, browser, screenshots):
+def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, browser, screenshots, tmp_path):
     web_port, flower_port = free_port(), free_port()
     base, flower = f"http://127.0.0.1:{web_port}", f"http://127.0.0.1:{flower_port}"
     stack.configure(FLOWER_URL=flower)
@@ -91,7 +91,9 @@ def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, b
     stack.start_manager()
     stack.start_agent(agent, concurrency=2)
     stack.manage("web", "runserver", "--noreload", f"127.0.0.1:{web_port}")
-    stack.manage("flower", "run_flower", "--address=127.0.0.1", f"--port={flower_port}")
+    # Flower keeps its history under its var dir: one of its own, so it lists this test's tasks only.
+    stack.manage("flower", "run_flower", "--address=127.0.0.1", f"--port={flower_port}",
+                 env={"SWITCHYARD_VAR_DIR": str(tmp_path / "flower")})
     stack.wait_for_agent(agent)
     wait_http(stack, f"{base}/admin/login/", "the web server")
 
