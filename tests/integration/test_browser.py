@@ -123,6 +123,7 @@ def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, b
     expect(page.locator('g.sy-node[data-name="m0"]')).to_have_attribute("data-state", "succeeded", timeout=30_000)
     assert fill(page, "m0") == SUCCEEDED_FILL
     assert page.locator('g.sy-node[data-name="m0"] text.sy-node-state').text_content() == "succeeded"
+    expect(page.locator('#sy-operations tr[data-step="m0"] .sy-badge')).to_have_text("succeeded")
     page.screenshot(path=str(screenshots / "execution.png"), full_page=True)
 
     page.click('button[data-action="cancel"]')

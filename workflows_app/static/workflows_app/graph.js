@@ -58,7 +58,7 @@
     box.replaceChildren(svg);
   }
 
-  /* States change in place: the boxes keep where they are. */
+  /* States change in place: the boxes keep where they are, and the operations table's badges follow. */
   function paint(data) {
     data.nodes.forEach(function (n) {
       var group = box.querySelector('g.sy-node[data-name="' + CSS.escape(n.name) + '"]');
@@ -67,6 +67,8 @@
       group.setAttribute("data-state", n.state);
       group.querySelector("title").textContent = n.name + " (" + n.operation + " on " + n.agent + "): " + n.state;
       group.querySelector(".sy-node-state").textContent = n.state;
+      var badge = document.querySelector('tr[data-step="' + CSS.escape(n.name) + '"] .sy-state-cell .sy-badge');
+      if (badge) { badge.className = "sy-badge sy-" + n.state; badge.textContent = n.state; }
     });
   }
 
