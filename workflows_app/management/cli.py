@@ -1,50 +1,216 @@
-"""What the execution commands share: calling a service on one execution, and following one."""
+"""What the commands scripts call share (SPEC §11): one-line errors, the REST API's JSON, and
+following an execution to its end with a progress bar.
 
+Each command is a thin entry point: it parses its arguments, calls one service through
+:func:`call` — the one place where a refusal becomes a one-line ``CommandError`` — and prints
+through :func:`print_execution`, :func:`print_executions` or :func:`event_json`. Those render
+with the REST API's own serializers and renderer, so ``--json`` gives a script byte for byte
+what ``GET /api/v1/...`` answers, and a field added to the API appears in the commands too.
+"""
+
+import os
+import signal
 import sys
 import time
+import uuid
 
-from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from rest_framework.renderers import JSONRenderer
+from tqdm import tqdm
 
-from workflows_app.errors import ActionRefused
-from workflows_app.models import Execution, Operation
-from workflows_app.states import EXECUTION_TERMINAL, ExecutionStatus
+from workflows_app.api.serializers import EventSerializer, ExecutionDetailSerializer, ExecutionSerializer
+from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
+from workflows_app.models import Execution
+from workflows_app.queries import operations_summary
+from workflows_app.states import EXECUTION_TERMINAL, OPERATION_TERMINAL, ExecutionStatus
+
+#: What the services refuse with; each says why in one line (``str(error)``).
+REFUSALS = (TransitionRefused, RegistrationError, ParameterError, ExistingRunningExecution)
+#: Seconds between two looks at a followed execution.
+POLL_SECONDS = 0.3
+#: The exit status of a program stopped by Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
+#: The progress line: ``started: 2 of 5 operations done |####      | [00:03, succeeded=2, started=1]``.
+BAR_FORMAT = "{desc}: {n} of {total} operations done |{bar}| [{elapsed}{postfix}]"
 
 
-def call_action(action, execution_id) -> Execution:
-    """``action(execution_id)``; an unknown id or a refused action is a one-line CommandError."""
+# --- arguments and errors ------------------------------------------------------------------
+
+class OneLineErrorParser(CommandParser):
+    """argparse prints its usage above an error, and Django's usage of a command lists every base
+    option (``--settings``, ``--traceback``...), several lines in all; SPEC §11 wants a one-line
+    reason for bad input, as every other error of these commands is."""
+
+    def error(self, message):
+        if self.called_from_command_line:
+            self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        super().error(message)  # call_command: Django's CommandError
+
+
+class ExecutionCommand(BaseCommand):
+    """Base of the commands on executions: a bad argument is one line on stderr too, and a reader
+    of stdout that goes away (``| head``) ends the command quietly, as it ends ``cat``."""
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # Django builds the parser itself and has no hook for its class: give it ours.
+        parser.__class__ = OneLineErrorParser
+        return parser
+
+    def run_from_argv(self, argv):
+        try:
+            super().run_from_argv(argv)
+        except BrokenPipeError:
+            # What Python's documentation advises: stdout to /dev/null, so that the flush at
+            # exit does not fail again with a traceback; the status of a process killed by SIGPIPE.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(128 + signal.SIGPIPE)
+
+
+def parse_execution_id(text) -> uuid.UUID:
+    """The execution id a user typed; one that is not a UUID names no execution (as the API's 404)."""
     try:
-        return action(execution_id)
-    except (Execution.DoesNotExist, ValidationError, ValueError):
-        raise CommandError(f"no execution {execution_id!r}") from None
-    except ActionRefused as refused:
-        raise CommandError(str(refused)) from None
+        return uuid.UUID(text)
+    except ValueError:
+        raise CommandError(f"no execution {text!r}: not a UUID") from None
 
 
-def wait_until_completed(execution_id, out, timeout=None):
-    """Follow the execution to its end (``follow``); a CommandError unless it completed."""
-    status = follow(execution_id, out, timeout)
-    if status != ExecutionStatus.COMPLETED:
-        error = Execution.objects.get(pk=execution_id).error.splitlines()
-        raise CommandError(f"execution {execution_id} ended {status}" + (f": {error[0]}" if error else ""))
+def call(service, *args, **kwargs):
+    """``service(*args, **kwargs)``: an unknown execution or a refusal is a one-line CommandError.
+
+    The first argument of a service on one execution is its id, which names the one missing."""
+    try:
+        return service(*args, **kwargs)
+    except Execution.DoesNotExist:
+        raise CommandError(f"no execution '{args[0]}'") from None
+    except REFUSALS as refused:
+        raise CommandError(" ".join(str(refused).split())) from None  # one line, whatever the message
 
 
-def follow(execution_id, out, timeout=None):
-    """Print each change of status and operation counts until the execution is terminal."""
-    last = None
+# --- the API's JSON --------------------------------------------------------------------------
+
+def render(data) -> str:
+    """``data`` as the API's renderer writes it (compact, UTF-8, its dates and UUIDs)."""
+    return JSONRenderer().render(data).decode()
+
+
+def execution_document(pk) -> dict:
+    """The execution as ``GET /executions/{id}`` (and every action) answers it."""
+    execution = Execution.objects.get(pk=pk)
+    execution.operations_summary = operations_summary(pk)
+    return ExecutionDetailSerializer(execution).data
+
+
+def id_and_status(execution) -> str:
+    """The line the commands print without ``--json``: ``<id> <status>``."""
+    return f"{execution.pk} {execution.status}"
+
+
+def print_execution(command, execution, as_json, line=id_and_status):
+    """Print the execution a service returned: with ``as_json`` as the API answers the same
+    request — read again, with its ``operations_summary`` —, else ``line(execution)``: what
+    the service left it in."""
+    command.stdout.write(render(execution_document(execution.pk)) if as_json else line(execution))
+    command.stdout.flush()  # before the progress a wait draws on stderr, when stdout is a pipe
+
+
+def print_executions(command, executions):
+    """One JSON array of executions, each as the items of ``GET /executions`` — not the API's
+    page (``count/next/previous``): a command has no next page to link to, and ``--limit``
+    already bounds what it prints."""
+    command.stdout.write(render(ExecutionSerializer(executions, many=True).data))
+
+
+def event_json(event) -> str:
+    """One event as ``GET /events`` shows it, on one line (JSON Lines)."""
+    return render(EventSerializer(event).data)
+
+
+# --- following an execution ------------------------------------------------------------------
+
+def wait_and_report(command, pk, as_json, timeout=None):
+    """Show the execution's progress on stderr until it ends, then print it on stdout (the API's
+    JSON, or a line beginning with its status); a CommandError unless it completed.
+
+    Past ``timeout`` s it prints the execution as it is then, and fails; Ctrl-C fails at once,
+    printing nothing more on stdout. Either way only the wait stops: the execution goes on."""
+    status = follow(pk, raw_stream(command.stderr), timeout)
+    document = execution_document(pk)
+    command.stdout.write(render(document) if as_json else final_line(document))
+    if status not in EXECUTION_TERMINAL:
+        raise CommandError(f"execution {pk} is still {status} after {timeout:g}s")
+    if document["status"] != ExecutionStatus.COMPLETED:
+        reason = document["error"].splitlines()
+        raise CommandError(f"execution {pk} ended {document['status']}" + (f": {reason[0]}" if reason else ""))
+
+
+def follow(pk, stream, timeout=None) -> ExecutionStatus:
+    """Show the execution's status and its operations, done of total and per state, as a tqdm bar
+    on ``stream`` until it is terminal or ``timeout`` s passed; returns the last status seen.
+    Each look is two queries, the counts one aggregate, however many operations there are."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        status = Execution.objects.filter(pk=execution_id).values_list("status", flat=True).get()
-        counts = {}
-        for state in Operation.objects.filter(execution_id=execution_id).values_list("state", flat=True):
-            counts[state] = counts.get(state, 0) + 1
-        line = f"{status}  " + " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-        if line != last:
-            out.write(line)
-            sys.stdout.flush()
-            last = line
-        if status in EXECUTION_TERMINAL:
-            return ExecutionStatus(status)
-        if deadline is not None and time.monotonic() > deadline:
-            raise CommandError(f"execution {execution_id} is still {status} after {timeout}s")
-        time.sleep(0.3)
+    status = None
+    progress = Progress(stream)
+    try:
+        while True:
+            status = ExecutionStatus(Execution.objects.filter(pk=pk).values_list("status", flat=True).get())
+            progress.show(status, operations_summary(pk))
+            if status in EXECUTION_TERMINAL or (deadline is not None and time.monotonic() > deadline):
+                return status
+            time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        still = f": it is still {status}" if status else ""
+        raise CommandError(f"stopped waiting for execution {pk}{still}", returncode=INTERRUPTED) from None
+    finally:
+        progress.close()
+
+
+class Progress:
+    """The tqdm bar of :func:`follow`, drawn again when something changed (every look on a
+    terminal, so that its clock runs; only on a change in a log, which keeps it short)."""
+
+    def __init__(self, stream):
+        self.stream, self.bar, self.last = stream, None, None
+        self.live = hasattr(stream, "isatty") and stream.isatty()
+
+    def show(self, status, summary):
+        if (status, summary) == self.last and not self.live:
+            return
+        self.last = (status, summary)
+        done, total = done_of_total(summary)
+        if self.bar is None:  # tqdm draws the bar as it is made: made with what it shows
+            self.bar = tqdm(desc=status, total=total, initial=done, postfix=state_counts(summary), file=self.stream,
+                            bar_format=BAR_FORMAT, mininterval=0, dynamic_ncols=True)
+            return
+        self.bar.total, self.bar.n = total, done
+        self.bar.set_description_str(status, refresh=False)
+        self.bar.set_postfix_str(state_counts(summary), refresh=False)
+        self.bar.refresh()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def done_of_total(summary) -> tuple[int, int]:
+    """How many operations are terminal, of how many."""
+    return sum(summary[state] for state in OPERATION_TERMINAL), sum(summary.values())
+
+
+def state_counts(summary) -> str:
+    """``succeeded=2, started=1``: the states that have operations, in the order of their enum."""
+    return ", ".join(f"{state}={count}" for state, count in summary.items() if count)
+
+
+def final_line(document) -> str:
+    """``completed: 3 of 3 operations done (succeeded=3)``: the last line of a wait, its status first."""
+    summary = document["operations_summary"]
+    done, total = done_of_total(summary)
+    counts = state_counts(summary)
+    return f"{document['status']}: {done} of {total} operations done" + (f" ({counts})" if counts else "")
+
+
+def raw_stream(wrapper):
+    """The stream under Django's OutputWrapper, which ends every write with a newline — tqdm
+    redraws its line with carriage returns."""
+    return getattr(wrapper, "_out", wrapper)

@@ -1,15 +1,14 @@
-"""``manage.py send_event ID NAME [--payload JSON]``"""
+"""``manage.py send_event ID NAME [--payload JSON] [--json]``"""
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from workflows_app import services
-from workflows_app.errors import ParameterError
-from workflows_app.management.cli import call_action
+from workflows_app.management.cli import ExecutionCommand, call, event_json, parse_execution_id
 
 
-class Command(BaseCommand):
+class Command(ExecutionCommand):
     help = ("Deliver an external event to an execution (what POST /api/v1/executions/ID/events does): "
             "the oldest ctx.await_event(NAME) not yet served takes its payload.")
 
@@ -17,14 +16,13 @@ class Command(BaseCommand):
         parser.add_argument("execution_id")
         parser.add_argument("name", help="the event name the workflow waits for")
         parser.add_argument("--payload", default="null", help="a JSON value (default: null)")
+        parser.add_argument("--json", dest="as_json", action="store_true",
+                            help="print the stored event as the API answers it")
 
-    def handle(self, *args, execution_id, name, payload, **options):
+    def handle(self, *args, execution_id, name, payload, as_json, **options):
         try:
             value = json.loads(payload)
         except ValueError as exc:
             raise CommandError(f"--payload is not JSON: {exc}") from None
-        try:
-            event = call_action(lambda pk: services.send_event(pk, name, value), execution_id)
-        except ParameterError as exc:
-            raise CommandError(str(exc)) from None
-        self.stdout.write(f"{execution_id} event #{event.pk} {name}")
+        event = call(services.send_event, parse_execution_id(execution_id), name, value)
+        self.stdout.write(event_json(event) if as_json else f"{event.execution_id} event #{event.pk} {name}")

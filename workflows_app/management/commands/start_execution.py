@@ -1,12 +1,11 @@
-"""``manage.py start_execution WORKFLOW [--param k=v ...] [--deployment D] [--wait]``"""
+"""``manage.py start_execution WORKFLOW [--param k=v ...] [--deployment D] [--wait] [--json]``"""
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from workflows_app import services
-from workflows_app.errors import ParameterError, RegistrationError
-from workflows_app.management.cli import wait_until_completed
+from workflows_app.management.cli import ExecutionCommand, call, print_execution, wait_and_report
 
 
 def parse_param(text):
@@ -21,26 +20,34 @@ def parse_param(text):
     return key.strip(), value
 
 
-class Command(BaseCommand):
-    help = "Start an execution of a registered workflow."
+class Command(ExecutionCommand):
+    help = ("Start an execution of a registered workflow and print its id (with --json: the execution, as "
+            "POST /api/v1/executions answers). --wait follows it to its end, its progress on stderr, and "
+            "exits 1 unless it completed.")
 
     def add_arguments(self, parser):
         parser.add_argument("workflow")
-        parser.add_argument("--param", action="append", default=[], metavar="K=V")
+        parser.add_argument("--param", action="append", default=[], metavar="K=V",
+                            help="a workflow parameter; V is read as JSON when it is JSON, else as a string")
         parser.add_argument("--deployment", default=None)
+        parser.add_argument("--queue", action="store_true",
+                            help="if the deployment has an active execution, start once it ended (queued)")
+        parser.add_argument("--force", action="store_true",
+                            help="if the deployment has an active execution, run beside it")
         parser.add_argument("--failure-mode", default=None)
         parser.add_argument("--dry-run", action="store_true")
-        parser.add_argument("--wait", action="store_true", help="follow it to the end; exit 1 unless completed")
+        parser.add_argument("--wait", action="store_true",
+                            help="follow it to the end, its progress on stderr; exit 1 unless completed")
         parser.add_argument("--timeout", type=float, default=None, help="with --wait: give up after this many seconds")
+        parser.add_argument("--json", dest="as_json", action="store_true",
+                            help="print the execution as the REST API shows it (with --wait: once it ended)")
 
-    def handle(self, *args, workflow, param, deployment, failure_mode, dry_run, wait, timeout, **options):
+    def handle(self, *args, workflow, param, deployment, queue, force, failure_mode, dry_run, wait, timeout,
+               as_json, **options):
         parameters = dict(parse_param(p) for p in param)
-        try:
-            execution = services.start(workflow, parameters, deployment_id=deployment, failure_mode=failure_mode,
-                                       dry_run=dry_run, created_by="manage.py")
-        except (RegistrationError, ParameterError) as exc:
-            raise CommandError(str(exc)) from None
-        self.stdout.write(str(execution.pk))
+        execution = call(services.start, workflow, parameters, deployment_id=deployment, failure_mode=failure_mode,
+                         dry_run=dry_run, created_by="manage.py", queue=queue, force=force)
+        if not (wait and as_json):  # with both, stdout holds only the execution once it ended
+            print_execution(self, execution, as_json, line=lambda execution: str(execution.pk))
         if wait:
-            wait_until_completed(execution.pk, self.stdout, timeout)
-
+            wait_and_report(self, execution.pk, as_json, timeout)
