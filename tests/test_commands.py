@@ -76,6 +76,19 @@ def test_start_execution_json_is_the_execution_as_the_api_shows_it(api):
     assert err == ""
 
 
+def test_start_execution_options_reach_the_service(db):
+    """--failure-mode, --dry-run, --deployment, and --queue / --force beside a busy deployment."""
+    def start(*options):
+        return json.loads(command("start_execution", "demo", "--json", *options)[0])
+
+    first = start("--deployment", "d7", "--failure-mode", "fail_fast", "--dry-run")
+    assert (first["failure_mode"], first["is_dry_run"], first["deployment_id"]) == ("fail_fast", True, "d7")
+    Execution.objects.filter(pk=first["id"]).update(status=ExecutionStatus.STARTED)  # set-up: it holds d7
+    assert start("--deployment", "d7", "--queue")["status"] == "queued"
+    beside = start("--deployment", "d7", "--force")
+    assert (beside["status"], beside["failure_mode"], beside["is_dry_run"]) == ("pending", "no_new_calls", False)
+
+
 def test_start_execution_without_json_prints_the_id_only(db):
     out, _ = command("start_execution", "demo")
     assert Execution.objects.get(pk=uuid.UUID(out.strip())).workflow_id == "demo"
