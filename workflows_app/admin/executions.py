@@ -27,7 +27,7 @@ from workflows_app.admin.forms import StartExecutionForm
 from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import workflows
-from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, OperationState
+from workflows_app.states import OperationState
 
 #: An execution with more operations than this is summarised (per operation and state), not drawn.
 GRAPH_DRAW_LIMIT = 300
@@ -85,11 +85,11 @@ def _bulk_action(action):
 @admin.action(description="Delete the selected executions that have ended", permissions=["delete"])
 def delete_ended(modeladmin, request, queryset):
     """Django's delete (with its confirmation page) of the ended ones; an active execution is never deleted."""
-    active = queryset.filter(status__in=EXECUTION_ACTIVE).count()
+    active = queryset.active().count()
     if active:
         modeladmin.message_user(request, f"{active} active execution(s) left alone: an execution is deleted only "
                                 "once it has ended", messages.WARNING)
-    return delete_selected(modeladmin, request, queryset.filter(status__in=EXECUTION_TERMINAL))
+    return delete_selected(modeladmin, request, queryset.terminal())
 
 
 class WorkflowFilter(admin.SimpleListFilter):

@@ -20,6 +20,7 @@ from workflows_app.api.fields import (
     StrictChoiceField,
     StrictFloatField,
 )
+from workflows_app import queries
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.states import FailureMode, OperationState
 
@@ -67,6 +68,13 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     class Meta(ExecutionSerializer.Meta):
         fields = (*ExecutionSerializer.Meta.fields, "operations_summary")
         read_only_fields = fields
+
+
+def execution_detail(execution) -> dict:
+    """The execution as ``GET /executions/{id}`` and every action answer it, with its count per
+    state: what the API and the commands' ``--json`` print."""
+    execution.operations_summary = queries.operations_summary(execution.pk)
+    return ExecutionDetailSerializer(execution).data
 
 
 class OperationSerializer(serializers.ModelSerializer):

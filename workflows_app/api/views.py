@@ -33,6 +33,7 @@ from workflows_app.api.serializers import (
     ExecutionDetailSerializer,
     ExecutionSerializer,
     GraphSerializer,
+    execution_detail,
     OperationSerializer,
     StartExecutionSerializer,
     WorkflowSerializer,
@@ -120,7 +121,7 @@ class ExecutionListCreate(generics.ListAPIView):
             raise errors.InvalidParameters(str(exc)) from None
         except domain.ExistingRunningExecution as exc:
             raise errors.ExistingRunningExecution(str(exc)) from None
-        return Response(_detail(execution), status=status.HTTP_201_CREATED,
+        return Response(execution_detail(execution), status=status.HTTP_201_CREATED,
                         headers={"Location": request.build_absolute_uri(
                             reverse("api:execution", kwargs={"id": execution.pk}))})
 
@@ -138,7 +139,7 @@ class ExecutionDetail(ExecutionLookupMixin, generics.GenericAPIView):
     @extend_schema(operation_id="executions_retrieve", summary="Get an execution", parameters=[EXECUTION_ID],
                    responses={200: ExecutionDetailSerializer, **error_responses(401, 404)})
     def get(self, request, *args, **kwargs):
-        return Response(_detail(self.get_execution()))
+        return Response(execution_detail(self.get_execution()))
 
     @extend_schema(
         operation_id="executions_act",
@@ -166,7 +167,7 @@ class ExecutionDetail(ExecutionLookupMixin, generics.GenericAPIView):
             raise NotFound(f"no execution {execution.pk}") from None
         except domain.TransitionRefused as exc:
             raise errors.InvalidTransition(str(exc)) from None
-        return Response(_detail(self.get_execution()))
+        return Response(execution_detail(self.get_execution()))
 
 
 class ExecutionOperations(ExecutionLookupMixin, generics.ListAPIView):
@@ -269,11 +270,6 @@ class NotFoundView(APIView):
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         raise NotFound(f"no endpoint {request.path[:200]}")
-
-
-def _detail(execution):
-    execution.operations_summary = queries.operations_summary(execution.pk)
-    return ExecutionDetailSerializer(execution).data
 
 
 def _json_safe(value):

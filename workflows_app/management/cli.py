@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rest_framework.renderers import JSONRenderer
 from tqdm import tqdm
 
-from workflows_app.api.serializers import EventSerializer, ExecutionDetailSerializer, ExecutionSerializer
+from workflows_app.api.serializers import EventSerializer, ExecutionSerializer, execution_detail
 from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
 from workflows_app.models import Execution
 from workflows_app.queries import operations_summary
@@ -96,9 +96,7 @@ def render(data) -> str:
 
 def execution_document(pk) -> dict:
     """The execution as ``GET /executions/{id}`` (and every action) answers it."""
-    execution = Execution.objects.get(pk=pk)
-    execution.operations_summary = operations_summary(pk)
-    return ExecutionDetailSerializer(execution).data
+    return execution_detail(Execution.objects.get(pk=pk))
 
 
 def id_and_status(execution) -> str:
