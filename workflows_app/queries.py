@@ -8,12 +8,16 @@ from workflows_app.states import OperationState
 
 
 def operations_summary(execution_id) -> dict:
-    """How many operations of the execution are in each state: every state, zeros included (one query)."""
-    return operations_summaries([execution_id])[execution_id]
+    """How many operations of the execution are in each state: every state, zeros included (one query).
+    ``execution_id`` may be a UUID or its text."""
+    counts = dict(Operation.objects.filter(execution_id=execution_id).order_by().values_list("state")
+                  .annotate(count=Count("id")))
+    return {state: counts.get(state, 0) for state in OperationState.values}
 
 
 def operations_summaries(execution_ids) -> dict:
-    """``operations_summary`` of each of ``execution_ids``, in one query (a page of a list)."""
+    """``operations_summary`` of each of ``execution_ids`` (UUIDs, the keys of the answer), in one
+    query (a page of a list)."""
     counts = {pk: dict.fromkeys(OperationState.values, 0) for pk in execution_ids}
     rows = (Operation.objects.filter(execution_id__in=counts).order_by()
             .values_list("execution_id", "state").annotate(count=Count("id")))
