@@ -14,11 +14,11 @@ import time
 import traceback
 
 from celery import shared_task
-from celery.signals import task_revoked, worker_process_init
+from celery.signals import task_revoked
 from django.db import OperationalError
 
-from agents import local
-from workflows_app.dispatch import RUNNER_TASK
+from agents.worker import local
+from workflows_app.dispatch import RUNNER_TASK, TASK_OPTIONS
 from workflows_app.engine import reports
 from workflows_app.engine.graph import resolve
 from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, TransitionRefused
@@ -28,13 +28,6 @@ from workflows_app.states import EXECUTION_CANCELLING, EventType, ExecutionStatu
 from workflows_app.transitions import claim_operation, operation_transition, record_event
 
 logger = logging.getLogger(__name__)
-
-
-@worker_process_init.connect
-def _own_process_group(**kwargs):
-    # Each pool process leads its own process group, so that killing an operation reaches
-    # every subprocess it started, and not the agent itself.
-    os.setpgid(0, 0)
 
 
 class OperationContext:
@@ -60,7 +53,7 @@ class OperationContext:
         record_event(self.execution_id, EventType.LOG, str(message), data, operation=self.name)
 
 
-@shared_task(name=RUNNER_TASK, ignore_result=True)
+@shared_task(name=RUNNER_TASK, **TASK_OPTIONS)
 def run_operation(operation_id, attempt):
     # The common case in one statement: the attempt is current, sent, its execution started.
     operation = claim_operation(operation_id, attempt, incarnation=local.incarnation(), data=_claim_data())
@@ -102,7 +95,7 @@ def _claim(operation, attempt) -> bool:
     if operation.state == OperationState.STARTED:
         if operation.incarnation == local.incarnation() and not local.running_here(operation.pk, attempt):
             # Our own earlier delivery of this attempt died with its pool process.
-            reports.record_failure(operation, attempt, _lost_error("its worker process was lost"), retryable=True)
+            reports.record_lost(operation, attempt, "its worker process was lost")
             return False
         return _drop(operation, attempt, "a duplicate delivery of a started attempt")
     if operation.state == OperationState.SENDING:
@@ -177,10 +170,6 @@ def _error(exc):
     return {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
 
 
-def _lost_error(message):
-    return {"type": "WorkerLost", "message": message, "traceback": ""}
-
-
 @task_revoked.connect
 def _revoked(request=None, terminated=False, **kwargs):
     """A message Celery discarded because its id was revoked: that attempt is lost (retryable),
@@ -194,6 +183,6 @@ def _revoked(request=None, terminated=False, **kwargs):
             return
         if operation.state == OperationState.SENDING:
             operation_transition(operation, OperationState.SENT, attempt=attempt)
-        reports.record_failure(operation, attempt, _lost_error("its Celery message was revoked"), retryable=True)
+        reports.record_lost(operation, attempt, "its Celery message was revoked")
     except Exception:  # a signal handler must not take the worker down
         logger.exception("could not record the revoke of %s", getattr(request, "id", "?"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from switchyard import embedded_redis
+from workflows_app import embedded_redis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("SWITCHYARD_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -152,22 +152,15 @@ warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarn
 
 # --- Celery ----------------------------------------------------------------------------
 # Unset broker: an embedded Redis under var/, started on demand by the first process that
-# configures the Celery app and shared by every later one (switchyard/embedded_redis.py).
+# configures the Celery app and shared by every later one (workflows_app/embedded_redis.py).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or embedded_redis.url(VAR_DIR)
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")) else None
 )
-SWITCHYARD_EMBEDDED_REDIS = CELERY_BROKER_URL == embedded_redis.url(VAR_DIR)
 
-# Durability: a message is acknowledged only after its task ran, one at a time per process,
-# and given back when the worker process dies; fencing makes a second delivery harmless.
-CELERY_TASK_ACKS_LATE = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
-# An operation running when the broker connection drops runs on (its result goes to the
-# database, not the broker); what the broker lost is sent again from the database (SPEC §9).
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
-CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
+# Durability (acknowledged late, given back when a worker dies, one message at a time, runs on
+# when the broker connection drops) is carried by Switchyard's tasks and workers themselves, as
+# in any project: workflows_app.dispatch.TASK_OPTIONS, agents.worker.pool.prepare, run_worker.
 # Events for Flower.
 CELERY_WORKER_SEND_TASK_EVENTS = True
 CELERY_TASK_SEND_SENT_EVENT = True

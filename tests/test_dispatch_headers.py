@@ -96,7 +96,7 @@ class RecordingApp:
 @pytest.fixture
 def app(monkeypatch):
     recording = RecordingApp()
-    monkeypatch.setattr(dispatch, "_app", lambda: recording)
+    monkeypatch.setattr(dispatch, "current_app", recording)
     return recording
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from switchyard import embedded_redis
+from workflows_app import embedded_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 

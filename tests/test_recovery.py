@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents.local import attempt_key
+from agents.worker import manager
+from agents.worker.local import attempt_key
 from agents.models import Agent
-from workflows_app.engine import recovery
 from workflows_app.models import Event, Operation
 from workflows_app.states import ExecutionStatus, OperationState
 
@@ -31,7 +31,7 @@ def test_an_attempt_its_worker_still_runs_is_awaited_and_one_it_does_not_is_lost
     _, ops = started(make_execution, make_operation,
                      running={"agent": "a", "incarnation": "inc-a"}, gone={"agent": "a", "incarnation": "inc-a"})
     answers = {"inc-a": {attempt_key(ops["running"].pk, 1)}}
-    assert recovery.reconcile_started(list(ops.values()), answers) == 1
+    assert manager.reconcile_started(list(ops.values()), answers) == 1
     assert state(ops["running"]) == "started"
     assert state(ops["gone"]) == "rescheduled"
     assert ops["gone"].error["message"].startswith("lost during restart")
@@ -45,7 +45,7 @@ def test_a_worker_that_did_not_answer_is_trusted_while_its_agent_heart_beats(mak
                      quiet={"agent": "alive", "incarnation": "inc-now"},
                      earlier_run={"agent": "restarted", "incarnation": "inc-old"},
                      on_a_dead_manager={"agent": "management", "incarnation": "inc-manager"})
-    assert recovery.reconcile_started(list(ops.values()), answers={}) == 2
+    assert manager.reconcile_started(list(ops.values()), answers={}) == 2
     assert (state(ops["quiet"]), state(ops["earlier_run"]), state(ops["on_a_dead_manager"])) == (
         "started", "rescheduled", "rescheduled")
 
@@ -54,7 +54,7 @@ def test_an_operation_that_reported_meanwhile_is_left_as_it_reported(make_execut
     execution, ops = started(make_execution, make_operation, done={"agent": "a", "incarnation": "inc-a"})
     snapshot = list(ops.values())
     Operation.objects.filter(pk=ops["done"].pk).update(state=OperationState.SUCCEEDED)  # test set-up: it reported
-    assert recovery.reconcile_started(snapshot, answers={"inc-a": set()}) == 0
+    assert manager.reconcile_started(snapshot, answers={"inc-a": set()}) == 0
     assert state(ops["done"]) == "succeeded"
     assert not Event.objects.filter(execution_id=execution.pk, type="stale_report").exists()
 
@@ -63,7 +63,7 @@ def test_a_lost_operation_out_of_retries_fails(make_execution, make_operation):
     execution = make_execution(status=ExecutionStatus.STARTED)
     op = make_operation(OperationState.STARTED, execution, name="last", attempt=4, max_retries=3, current_retries=3,
                         agent="a", incarnation="inc-a")
-    assert recovery.reconcile_started([op], answers={}) == 1
+    assert manager.reconcile_started([op], answers={}) == 1
     assert state(op) == "failed"
 
 

@@ -1,4 +1,4 @@
-"""How a worker process keeps its database connection between Celery tasks (switchyard.celery):
+"""How a worker process keeps its database connection between Celery tasks (agents.worker.pool):
 kept without a check between tasks that follow each other closely, checked after an idle spell,
 dropped after a task when it failed or outlived CONN_MAX_AGE."""
 
@@ -7,7 +7,7 @@ import time
 import pytest
 from django.db import connection
 
-from switchyard import celery as worker
+from agents.worker import pool as worker
 
 
 @pytest.fixture

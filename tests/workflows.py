@@ -19,7 +19,7 @@ from celery import chain, chord, group
 from workflows_app.sdk import EventTimeout, NonRecoverableError, RecoverableError, StepFailed, operation, workflow
 
 MARKERS_ENV = "SWITCHYARD_TEST_MARKERS"
-#: Set by run_agent / run_manager in their processes (agents.local.NAME_ENV).
+#: Set by run_agent / run_manager in their processes (agents.worker.local.NAME_ENV).
 AGENT_ENV = "SWITCHYARD_AGENT_NAME"
 
 

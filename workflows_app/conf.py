@@ -9,6 +9,9 @@ check ``workflows.E001`` at start-up and by ``ConfigurationError`` on first read
 reloads when ``WORKFLOWS`` changes under ``override_settings``.
 """
 
+import os
+from pathlib import Path
+
 from django.conf import settings
 from django.core.signals import setting_changed
 
@@ -115,3 +118,18 @@ def _reload(*, setting, **kwargs):
 
 
 setting_changed.connect(_reload)
+
+
+#: The environment variable that moves Switchyard's local files (SPEC §14).
+VAR_DIR_ENV = "SWITCHYARD_VAR_DIR"
+
+
+def var_dir() -> Path:
+    """The directory of the local files Switchyard keeps on a host — an agent's process-group
+    records, the embedded Redis, Flower's history: ``SWITCHYARD_VAR_DIR``, else ``var/`` in the
+    project's ``BASE_DIR`` (Django's ``startproject`` convention), else ``var/`` in the current
+    directory. Whoever writes there creates what it needs."""
+    configured = os.environ.get(VAR_DIR_ENV)
+    if configured:
+        return Path(configured).resolve()
+    return (Path(getattr(settings, "BASE_DIR", None) or Path.cwd()) / "var").resolve()

@@ -6,7 +6,7 @@ operation runs — the claim, a transition with its event, the countdown, the ex
 the idle check — planning cost about as much as running them. Those go through :func:`cursor`
 instead, which binds on the server, so psycopg prepares a statement once its connection has run
 it ``prepare_threshold`` times (Django's ``OPTIONS``; ``DATABASE_PREPARE_THRESHOLD`` in
-``switchyard.settings``). Every other query is Django's own, as before. On another database, or
+the demo project's settings). Every other query is Django's own, as before. On another database, or
 with the threshold unset, this is Django's cursor.
 
 A prepared statement's result columns are fixed, so these statements name their columns

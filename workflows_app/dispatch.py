@@ -1,4 +1,10 @@
-"""The only code that sends Celery messages. A message names ids (and an attempt), never state.
+"""Every call to the broker: the only code that sends Celery messages, broadcasts remote-control
+commands or asks the broker anything. A message names ids (and an attempt), never state; this
+module writes no state either (the engine records what was sent).
+
+The Celery app is the project's own, ``celery.current_app`` (Celery's Django convention: the
+project's ``celery.py`` defines it, its package imports it, and Celery's Django fix-up makes it
+the default app of every thread).
 
 Callers run these from ``transaction.on_commit`` so a message never names a row that is not
 committed yet.
@@ -19,21 +25,32 @@ worker reads.
 import functools
 import logging
 
+from celery import current_app
+
 from workflows_app.conf import workflows_settings
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
-from workflows_app.states import OperationState
 
 logger = logging.getLogger(__name__)
 
 ADVANCE_TASK = "workflows_app.advance"
 RUNNER_TASK = "agents.run_operation"
+#: The options both tasks carry themselves, whatever the project's Celery settings say: a message
+#: is acknowledged only after its task ran (and given back when its worker process dies), so a
+#: message is never lost with a worker; fencing makes a second delivery harmless. The result
+#: belongs in the database.
+TASK_OPTIONS = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost": True,
+                "acks_on_failure_or_timeout": True}
+#: The remote-control commands every Switchyard worker registers (``agents.worker.control``).
+KILL_COMMAND = "switchyard_kill"
+RUNNING_COMMAND = "switchyard_running"
 
 
-def _app():
-    from switchyard.celery import app
-
-    return app
+def project_app():
+    """The project's Celery app (the current one where Django was set up), or None when the
+    project defines none and ``current_app`` is only Celery's unconfigured fallback."""
+    app = current_app._get_current_object()
+    return None if app.main == "default" and not app.fixups else app
 
 
 #: Between the parts of a name shown in Flower: ``install › create_vm (create_vm)``.
@@ -114,44 +131,32 @@ def _options(app, headers) -> dict:
 def send_advance(execution_id, workflow_id=None):
     """Ask a manager to run the execution's dispatcher (start, wake or finish it). A caller that
     holds the execution passes its ``workflow_id``, which only names the message in Flower."""
-    app = _app()
+    app = current_app
     app.send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
                   ignore_result=True, **_options(app, advance_headers(execution_id, workflow_id)))
 
 
-#: Messages sent between two writes of their ``sent`` state: an agent that gets a message
-#: before that write has to make it itself, so the writes keep close behind the sends.
-SENT_BATCH = 50
-
-
 def send_operations(operations):
-    """Send the current attempt of each operation to its agent's queue, then record those still
-    ``sending`` as ``sent`` (not one the agent or a cancel already moved on): one producer (one
-    broker connection) for all the messages, the ``sent`` states written a batch at a time.
+    """Send the current attempt of each operation to its agent's queue, all through one producer
+    (one broker connection). The caller records them ``sent`` (``engine.progress.publish``).
 
     Each message is named after its workflow (:func:`operation_headers`), taken from the
     execution an operation holds (a caller that has the execution attaches it: no query), else
-    read for the whole batch in one query."""
-    from workflows_app.transitions import operations_transition
-
-    app = _app()
+    read for all of them in one query."""
+    app = current_app
     operations = list(operations)
+    workflows = _workflow_ids(operations)
     with app.producer_or_acquire() as producer:
-        for start in range(0, len(operations), SENT_BATCH):
-            batch = operations[start:start + SENT_BATCH]
-            workflows = _workflow_ids(batch)
-            for operation in batch:
-                app.send_task(
-                    RUNNER_TASK,
-                    args=[str(operation.id), operation.attempt],
-                    task_id=task_id_for(operation.id, operation.attempt),
-                    queue=operation.agent,
-                    producer=producer,
-                    ignore_result=True,
-                    **_options(app, operation_headers(workflows.get(str(operation.execution_id)), operation)),
-                )
-            # Those the agent (or a cancel) already moved on are left out, as they should be.
-            operations_transition([op for op in batch if op.state == OperationState.SENDING], OperationState.SENT)
+        for operation in operations:
+            app.send_task(
+                RUNNER_TASK,
+                args=[str(operation.id), operation.attempt],
+                task_id=task_id_for(operation.id, operation.attempt),
+                queue=operation.agent,
+                producer=producer,
+                ignore_result=True,
+                **_options(app, operation_headers(workflows.get(str(operation.execution_id)), operation)),
+            )
 
 
 def _workflow_ids(operations) -> dict:
@@ -178,11 +183,9 @@ def _workflow_ids(operations) -> dict:
 def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
     """Ask every agent and manager to stop the process groups of ``attempts`` (pairs of operation
     id and attempt) and, with ``dispatcher``, the execution's dispatcher: SIGTERM now, SIGKILL
-    after ``KILL_GRACE_SECONDS`` (``agents.control``). Fire and forget: fencing covers a worker
+    after ``KILL_GRACE_SECONDS`` (``agents.worker.control``). Fire and forget: fencing covers a worker
     that does not hear it."""
-    from agents.control import KILL_COMMAND
-
-    _app().control.broadcast(
+    current_app.control.broadcast(
         KILL_COMMAND,
         arguments={"execution_id": str(execution_id), "attempts": [[str(pk), attempt] for pk, attempt in attempts],
                    "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
@@ -193,7 +196,7 @@ def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
 def waiting_messages(queue):
     """How many messages wait in ``queue`` now; ``None`` when the broker cannot say."""
     try:
-        with _app().connection_for_read() as connection:
+        with current_app.connection_for_read() as connection:
             return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
     except Exception:  # an unknown queue, a broker that does not count: unknown, not an error
         logger.debug("could not count the messages of %s", queue, exc_info=True)
@@ -206,4 +209,25 @@ def revoke(task_ids, *, terminate=False):
     in-memory list, is the guarantee (a worker started later never heard of it)."""
     task_ids = list(task_ids)
     if task_ids:
-        _app().control.revoke(task_ids, terminate=terminate, signal="SIGTERM")
+        current_app.control.revoke(task_ids, terminate=terminate, signal="SIGTERM")
+
+
+def ask_running(timeout):
+    """Ask every worker (``switchyard_running``) what it runs; the answers that arrive within
+    ``timeout`` seconds, one dict per worker: ``{"agent", "incarnation", "running"}``."""
+    answers = []
+    for reply in current_app.control.broadcast(RUNNING_COMMAND, reply=True, timeout=timeout) or []:
+        for answer in reply.values():
+            ok = answer.get("ok") if isinstance(answer, dict) else None
+            if isinstance(ok, dict):
+                answers.append(ok)
+    return answers
+
+
+def broker_identity():
+    """The broker server's identity (Redis' ``run_id``, new after each restart), or None for a
+    broker that keeps its queues across a restart (RabbitMQ's durable queues)."""
+    if not str(current_app.conf.broker_url or "").startswith(("redis://", "rediss://", "redis+socket://", "unix://")):
+        return None
+    with current_app.connection_for_write() as connection:
+        return connection.default_channel.client.info("server").get("run_id")

@@ -46,6 +46,21 @@ def var_dir_of(broker_url: str):
     return path.parent if path.name == SOCKET_NAME else None
 
 
+def start_with(app):
+    """Have the Celery ``app`` start the embedded server when it is first configured, if its
+    broker is the embedded one: a process that never touches Celery (``migrate``, ``check``)
+    starts nothing."""
+    def start(sender, **kwargs):
+        directory = var_dir_of(sender.conf.broker_url or "")
+        if directory is not None:
+            ensure_running(directory)
+
+    if app.configured:
+        start(app)
+    else:
+        app.on_after_configure.connect(start, weak=False)
+
+
 def ping(var_dir, timeout=1.0) -> bool:
     """True when a Redis server answers PING on the socket under ``var_dir``."""
     path = socket_path(var_dir)

@@ -6,6 +6,7 @@ name means the same code on the manager, the agents and the API.
 """
 
 import importlib
+import os
 import inspect
 from dataclasses import dataclass, field
 
@@ -130,9 +131,18 @@ def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhand
     return wrap(func) if func is not None else wrap
 
 
+def workflow_modules() -> list[str]:
+    """The setting ``SWITCHYARD_WORKFLOW_MODULES`` (a list), else the environment variable of the
+    same name (comma-separated), else none."""
+    configured = getattr(settings, "SWITCHYARD_WORKFLOW_MODULES", None)
+    if configured is None:
+        configured = [name.strip() for name in os.environ.get("SWITCHYARD_WORKFLOW_MODULES", "").split(",")]
+    return [name for name in configured if name]
+
+
 def load_workflow_modules(modules=None):
-    """Import the workflow modules (``SWITCHYARD_WORKFLOW_MODULES`` by default), once each."""
-    for module in modules if modules is not None else settings.SWITCHYARD_WORKFLOW_MODULES:
+    """Import the workflow modules (:func:`workflow_modules` by default), once each."""
+    for module in modules if modules is not None else workflow_modules():
         if module not in _loaded:
             importlib.import_module(module)
             _loaded.add(module)

@@ -2,7 +2,7 @@
 
 ``switchyard_kill`` is broadcast (``workflows_app.dispatch.broadcast_kill``) with the attempts
 of an execution's running operations and, optionally, its dispatcher. Each worker looks them up
-among the process groups it recorded as running on this host (``agents.local``), sends SIGTERM
+among the process groups it recorded as running on this host (``agents.worker.local``), sends SIGTERM
 to each whole group — the pool process and every subprocess the operation started — and SIGKILL
 to what is left after the grace period. A worker that runs none of them does nothing, and an
 agent that misses the broadcast (offline, restarting) can never start those attempts later:
@@ -21,13 +21,11 @@ import time
 from celery.worker.control import control_command
 from django.db import connections
 
-from agents import local
+from agents.worker import local
+from workflows_app.dispatch import KILL_COMMAND, RUNNING_COMMAND
 from workflows_app.engine import reports
 
 logger = logging.getLogger(__name__)
-
-KILL_COMMAND = "switchyard_kill"
-RUNNING_COMMAND = "switchyard_running"
 
 
 @control_command(

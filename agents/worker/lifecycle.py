@@ -1,5 +1,6 @@
-"""An agent's (or manager's) life: registering this run, heart-beating, and — when an agent
-starts again — declaring lost what its earlier runs left started."""
+"""A worker's life, manager or agent: registering this run, starting its Celery worker,
+heart-beating, shutting down gracefully, and — when an agent starts again — declaring lost what
+its earlier runs left started."""
 
 import logging
 import os
@@ -8,11 +9,14 @@ import threading
 import time
 import uuid
 
+from celery import current_app
+from celery.signals import worker_ready, worker_shutting_down
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from agents import local
 from agents.models import Agent
+from agents.worker import local, pool
+from agents.worker.control import terminate
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import reports
 from workflows_app.models import Operation
@@ -37,10 +41,27 @@ def begin(name, *, register=True, concurrency=None) -> str:
             "concurrency": concurrency, "started_at": now, "last_heartbeat": now})
         lost = Operation.objects.filter(agent=name, state=OperationState.STARTED).exclude(incarnation=incarnation)
         for operation in lost:
-            reports.record_failure(operation, operation.attempt, {
-                "type": "WorkerLost", "message": f"lost: agent {name} started again", "traceback": ""}, retryable=True)
+            reports.record_lost(operation, operation.attempt, f"lost: agent {name} started again")
     connections.close_all()  # never share a connection with the pool processes about to fork
     return incarnation
+
+
+def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), stop_first=()):
+    """Run the project's Celery worker on ``queue`` until it shuts down: ``threads`` start once
+    the pool has forked (so no pool process inherits their connections); SIGTERM shuts it down
+    in phases (:class:`GracefulShutdown`, stopping ``stop_first`` first)."""
+    app = current_app._get_current_object()
+    pool.prepare(app)
+    for thread in threads:
+        worker_ready.connect(lambda thread=thread, **kwargs: thread.start(), weak=False)
+    GracefulShutdown(label, stop_first=stop_first).install()
+    # One message at a time per pool process: a message waiting behind a long operation in a
+    # busy process' prefetch would wait for nothing while another process is free.
+    argv = ["worker", "--queues", queue, "--hostname", hostname, "--loglevel", loglevel, "--prefetch-multiplier", "1",
+            "--without-gossip", "--without-mingle", "--task-events"]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
+    app.worker_main(argv)
 
 
 class Heartbeat(threading.Thread):
@@ -100,8 +121,6 @@ class GracefulShutdown:
         self._started = threading.Event()
 
     def install(self):
-        from celery.signals import worker_shutting_down
-
         worker_shutting_down.connect(self._begin, weak=False)
 
     def _begin(self, sig=None, how=None, **kwargs):
@@ -136,8 +155,6 @@ class GracefulShutdown:
 
 def hand_back(keys, reason):
     """Record each running attempt of ``keys`` lost (retryable), then stop its process group."""
-    from agents.control import terminate
-
     for key in keys:
         if key.startswith(local.DISPATCHER_PREFIX):
             continue
@@ -145,8 +162,7 @@ def hand_back(keys, reason):
         try:
             operation = Operation.objects.filter(pk=operation_id).first()
             if operation is not None and operation.attempt == int(attempt) and operation.state == OperationState.STARTED:
-                reports.record_failure(operation, operation.attempt,
-                                        {"type": "WorkerLost", "message": reason, "traceback": ""}, retryable=True)
+                reports.record_lost(operation, operation.attempt, reason)
         except Exception:
             logger.exception("could not hand back %s", key)
     terminate(keys, float(workflows_settings.KILL_GRACE_SECONDS))

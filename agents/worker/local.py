@@ -7,7 +7,8 @@ import signal
 from pathlib import Path
 
 import psutil
-from django.conf import settings
+
+from workflows_app.conf import var_dir
 
 NAME_ENV = "SWITCHYARD_AGENT_NAME"
 INCARNATION_ENV = "SWITCHYARD_AGENT_INCARNATION"
@@ -23,7 +24,7 @@ def incarnation():
 
 
 def running_dir(agent_name=None) -> Path:
-    path = Path(settings.VAR_DIR) / "agents" / (agent_name or name() or "unnamed") / "running"
+    path = var_dir() / "agents" / (agent_name or name() or "unnamed") / "running"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

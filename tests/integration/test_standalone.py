@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from switchyard import embedded_redis
-from switchyard.supervisor import Child, Supervisor
+from workflows_app import embedded_redis
+from workflows_app.management.supervisor import Child, Supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration

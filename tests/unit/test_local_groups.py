@@ -1,4 +1,4 @@
-"""What the kill's watcher asks of a process group (``agents.local``): is anything of it still
+"""What the kill's watcher asks of a process group (``agents.worker.local``): is anything of it still
 running? A process that died and that its parent has not reaped yet (a zombie, as a pool process
 is until its worker notices) runs nothing."""
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from agents import local
+from agents.worker import local
 
 
 def test_a_group_whose_only_process_is_an_unreaped_zombie_is_not_running():

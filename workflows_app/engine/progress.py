@@ -40,8 +40,25 @@ def send_many(operations):
     the rows and their events), and their messages after commit; returns those it moved."""
     moved = operations_transition(operations, OperationState.SENDING)
     if moved:
-        transaction.on_commit(lambda: dispatch.send_operations(moved))
+        transaction.on_commit(lambda: publish(moved))
     return moved
+
+
+#: Messages sent between two writes of their ``sent`` state: an agent that gets a message
+#: before that write has to make it itself, so the writes keep close behind the sends.
+SENT_BATCH = 50
+
+
+def publish(operations):
+    """Send each operation's current attempt (``dispatch.send_operations``), then record those
+    still ``sending`` as ``sent`` (not one the agent or a cancel already moved on), a batch at a
+    time. Run after commit, or from stored state (the tick, a manager that starts)."""
+    operations = list(operations)
+    for start in range(0, len(operations), SENT_BATCH):
+        batch = operations[start:start + SENT_BATCH]
+        dispatch.send_operations(batch)
+        # Those the agent (or a cancel) already moved on are left out, as they should be.
+        operations_transition([op for op in batch if op.state == OperationState.SENDING], OperationState.SENT)
 
 
 def send_ready(execution, operations, failed=None):

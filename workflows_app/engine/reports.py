@@ -122,6 +122,11 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
     return True
 
 
+def record_lost(operation, attempt, message):
+    """Record an attempt lost with its worker (SPEC §9): a retryable failure ``WorkerLost``."""
+    return record_failure(operation, attempt, {"type": "WorkerLost", "message": message, "traceback": ""}, retryable=True)
+
+
 def _caused_by_another(execution, error):
     """``error`` naming, as its ``cause``, the unhandled failure that keeps a step from being
     retried: the workflow code that is shown this step's failure is shown that one too."""

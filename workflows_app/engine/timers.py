@@ -1,4 +1,6 @@
-"""The manager's tick: the safety net for every stored deadline and every lost message.
+"""The engine's tick: the safety net for every stored deadline and every lost message. A manager
+runs it every half second, with the agents' own check for offline agents
+(``agents.worker.manager.tick``).
 
 Each pass is idempotent (every change is a compare-and-set), so any number of managers may
 tick at once.
@@ -9,7 +11,6 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from agents.models import Agent
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import failures, policy, progress, queueing, recovery, reports, stopping, waits
@@ -34,7 +35,6 @@ def tick(now=None):
     now = now or timezone.now()
     progress.send_due_retries(now)
     fail_timed_out_operations(now)
-    fail_operations_of_offline_agents(now)
     wake_due_executions(now)
     if _last_sweep is None or (now - _last_sweep).total_seconds() >= SWEEP_EVERY_SECONDS:
         _last_sweep = now
@@ -53,15 +53,6 @@ def fail_timed_out_operations(now):
             reports.record_failure(operation, operation.attempt, {
                 "type": "OperationTimeout", "message": f"no result within its timeout of {operation.timeout}s", "traceback": ""},
                 retryable=True, stop_process=True)
-
-
-def fail_operations_of_offline_agents(now):
-    """An agent silent for AGENT_OFFLINE_AFTER_SECONDS: its started operations were lost."""
-    threshold = now - timedelta(seconds=workflows_settings.AGENT_OFFLINE_AFTER_SECONDS)
-    offline = Agent.objects.filter(last_heartbeat__lt=threshold).values("name")
-    for operation in Operation.objects.filter(state=OperationState.STARTED, agent__in=offline):
-        reports.record_failure(operation, operation.attempt, {
-            "type": "WorkerLost", "message": f"agent {operation.agent} went offline", "traceback": ""}, retryable=True)
 
 
 def wake_due_executions(now):
@@ -96,7 +87,7 @@ def resend_stuck_messages(now):
     operation stuck in ``sending`` (same attempt: the agent drops a duplicate), and a started
     execution that nothing in flight will ever wake."""
     stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
-    dispatch.send_operations(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
+    progress.publish(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
     unstarted = list(Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale).values_list("pk", flat=True))
     # One that only waits for an event or a timer is moved by the event's advance or the tick.
     idle = [execution.pk for execution in

@@ -3,12 +3,9 @@
 import os
 import socket
 
-from celery.signals import worker_ready
 from django.core.management.base import BaseCommand, CommandError
 
-import agents.control  # noqa: F401  (registers the kill remote-control command)
-from agents.lifecycle import GracefulShutdown, Heartbeat, begin
-from switchyard.celery import app
+from agents.worker.lifecycle import Heartbeat, begin, run_worker
 from workflows_app.registry import load_workflow_modules
 
 
@@ -27,12 +24,5 @@ class Command(BaseCommand):
             raise CommandError("--concurrency must be at least 1")
         load_workflow_modules()
         incarnation = begin(name, concurrency=concurrency)
-        heartbeat = Heartbeat(name, incarnation)
-        # Threads start once the pool has forked, so no pool process inherits their connections.
-        worker_ready.connect(lambda **kw: heartbeat.start(), weak=False)
-        GracefulShutdown(f"agent {name}").install()
-        app.worker_main([
-            "worker", "--queues", name, "--hostname", f"{name}@{socket.gethostname()}",
-            "--concurrency", str(concurrency), "--loglevel", loglevel,
-            "--without-gossip", "--without-mingle", "--task-events",
-        ])
+        run_worker(f"agent {name}", queue=name, hostname=f"{name}@{socket.gethostname()}", concurrency=concurrency,
+                   loglevel=loglevel, threads=[Heartbeat(name, incarnation)])

@@ -1,10 +1,13 @@
 """``manage.py run_flower``: Celery's own Flower on the project's broker, with its task history
-kept on disk under var/ (``--persistent``), so it survives a restart of Flower."""
+kept on disk in Switchyard's local directory (``--persistent``), so it survives a restart of
+Flower. Flower is an optional dependency: ``pip install 'switchyard[flower]'``."""
 
-from django.conf import settings
-from django.core.management.base import BaseCommand
+import importlib.util
 
-from switchyard.celery import app
+from celery import current_app
+from django.core.management.base import BaseCommand, CommandError
+
+from workflows_app.conf import var_dir
 
 
 class Command(BaseCommand):
@@ -15,12 +18,15 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=5555)
 
     def handle(self, *args, address, port, **options):
-        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
-        app.start(argv=[
+        if importlib.util.find_spec("flower") is None:
+            raise CommandError("Flower is not installed: pip install 'switchyard[flower]'")
+        directory = var_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        current_app.start(argv=[
             "flower",
             f"--address={address}",
             f"--port={port}",
             "--persistent=True",
-            f"--db={settings.VAR_DIR / 'flower.db'}",
+            f"--db={directory / 'flower.db'}",
             "--state_save_interval=10000",
         ])

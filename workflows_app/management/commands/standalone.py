@@ -6,7 +6,8 @@ Starts the embedded Redis (when no broker is configured), applies migrations, ma
 ``demo`` workflow. The terminal shows what a person needs: the URLs, the admin password, the
 demo's progress and result, and the children's warnings and errors; each child's whole output
 goes to ``var/logs/<name>.log`` (``--verbose`` shows it on the terminal too). Ctrl-C or SIGTERM
-stops all of it gracefully.
+stops all of it gracefully. The children are the same ``manage.py``'s commands, so it runs in
+any project that has Switchyard's apps.
 """
 
 import json
@@ -15,19 +16,18 @@ import secrets
 import sys
 import time
 
-from django.conf import settings
+from celery import current_app
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError
 from django.urls import NoReverseMatch, reverse
 
-from switchyard import embedded_redis
-from switchyard.supervisor import Child, Supervisor
-from workflows_app import services
-from workflows_app.conf import workflows_settings
+from workflows_app import embedded_redis, services
+from workflows_app.conf import var_dir, workflows_settings
 from workflows_app.errors import ParameterError, RegistrationError
 from workflows_app.management.cli import done_of_total
+from workflows_app.management.supervisor import Child, Supervisor
 from workflows_app.models import Execution
 from workflows_app.queries import operations_summary
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, ExecutionStatus, OperationState
@@ -53,27 +53,27 @@ class Command(BaseCommand):
                                  "(it all goes to var/logs/<process>.log either way)")
 
     def handle(self, *args, address, port, flower_port, no_flower, no_demo, concurrency, verbose, **options):
-        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        var_dir().mkdir(parents=True, exist_ok=True)
         # The embedded Redis belongs to the stack: stopped with it, unless it was already
         # running for someone else before this command started.
-        own_redis = settings.SWITCHYARD_EMBEDDED_REDIS and not embedded_redis.ping(settings.VAR_DIR)
+        redis_dir = embedded_redis.var_dir_of(current_app.conf.broker_url or "")
+        own_redis = redis_dir is not None and not embedded_redis.ping(redis_dir)
         try:
-            status = self._run(address, port, flower_port, no_flower, no_demo, concurrency, verbose)
+            status = self._run(address, port, flower_port, no_flower, no_demo, concurrency, verbose, redis_dir)
         finally:
             if own_redis:
-                embedded_redis.stop(settings.VAR_DIR)
+                embedded_redis.stop(redis_dir)
                 self.say("embedded Redis stopped")
         sys.exit(status)
 
-    def _run(self, address, port, flower_port, no_flower, no_demo, concurrency, verbose):
-        if settings.SWITCHYARD_EMBEDDED_REDIS:
-            embedded_redis.ensure_running(settings.VAR_DIR)
-            self.say(f"embedded Redis: {settings.CELERY_BROKER_URL}")
+    def _run(self, address, port, flower_port, no_flower, no_demo, concurrency, verbose, redis_dir):
+        if redis_dir is not None:
+            self.say(f"embedded Redis: {embedded_redis.ensure_running(redis_dir)}")
         call_command("migrate", interactive=False, verbosity=0)
         password = self._admin_password()
         phases = workflows_settings.SHUTDOWN_PHASE_TIMEOUTS
         supervisor = Supervisor(self._children(address, port, flower_port, no_flower, concurrency),
-                                log_dir=settings.VAR_DIR / LOG_DIR, cwd=settings.BASE_DIR, out=self.stdout,
+                                log_dir=var_dir() / LOG_DIR, cwd=os.getcwd(), out=self.stdout,
                                 verbose=verbose, grace=float(sum(phases.values())),
                                 before_stop=self._abort_executions if workflows_settings.ABORT_ON_TERMINATE else None)
         supervisor.start()
@@ -91,7 +91,7 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def _children(self, address, port, flower_port, no_flower, concurrency):
-        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        manage = [sys.executable, os.path.abspath(sys.argv[0])]  # this very manage.py
         web_env = {} if no_flower else self._linking_to_flower(f"http://{address}:{flower_port}")
         children = [
             Child("web", manage + ["runserver", "--noreload", f"{address}:{port}"], env=web_env),
@@ -116,12 +116,12 @@ class Command(BaseCommand):
         lines = [
             "",
             "Switchyard is running:",
-            f"  admin     {base}/admin/   user admin, password {password}",
-            f"  API docs  {base}/api/v1/docs",
+            f"  admin     {base}{_path('admin:index')}   user admin, password {password}",
+            f"  API docs  {base}{_path('api:docs')}",
         ]
         if flower_port is not None:
             lines.append(f"  Flower    http://{address}:{flower_port}/")
-        lines.append(f"  logs      {settings.VAR_DIR / LOG_DIR}/<process>.log"
+        lines.append(f"  logs      {var_dir() / LOG_DIR}/<process>.log"
                      + ("" if verbose else " (only their warnings and errors here; all of it with --verbose)"))
         lines.append("Press Ctrl-C to stop.")
         self.say("\n".join(lines) + "\n")
@@ -160,7 +160,7 @@ class Command(BaseCommand):
 
     def _admin_password(self):
         """The admin user's password: made once, kept under var/ so every start prints the same."""
-        path = settings.VAR_DIR / PASSWORD_FILE
+        path = var_dir() / PASSWORD_FILE
         User = get_user_model()
         user = User.objects.filter(username="admin").first()
         if user is not None and path.exists():
@@ -234,3 +234,11 @@ def progress(execution_id):
     summary = operations_summary(execution_id)
     done, total = done_of_total(summary)
     return {**row, "total": total, "done": done, "failed": summary[OperationState.FAILED]}
+
+
+def _path(name) -> str:
+    """Where the project serves the named page (its own URL prefixes), or a note that it does not."""
+    try:
+        return reverse(name)
+    except NoReverseMatch:
+        return f" (not served: no URL named {name!r})"

@@ -1,0 +1,127 @@
+"""A manager's own work beside its Celery worker: what it does when it starts (SPEC §9), and
+the tick it runs every half second.
+
+When it starts, before it takes messages:
+
+1. it SIGKILLs the operation process groups an earlier manager on this host left running
+   (a manager killed at once leaves them; a new attempt is about to be sent in their place);
+2. it reconciles ``started`` operations with the workers: each live agent and manager answers
+   ``switchyard_running`` with its incarnation and the attempts it runs. An attempt its worker
+   still runs is awaited; one that no live worker runs is a lost attempt, a retryable failure
+   "lost during restart". A worker that does not answer in time but whose agent still
+   heart-beats under that incarnation is left to its heartbeats;
+3. it carries on from the database (``engine.recovery``): what was in flight is sent again and
+   every active execution is advanced.
+
+Its tick is the engine's (``engine.timers.tick``) plus the agents' liveness: an agent silent
+for ``AGENT_OFFLINE_AFTER_SECONDS`` lost its started operations.
+"""
+
+import logging
+import signal
+from datetime import timedelta
+
+import psutil
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Agent
+from agents.worker import local
+from workflows_app import dispatch
+from workflows_app.conf import workflows_settings
+from workflows_app.engine import recovery, reports, timers
+from workflows_app.models import Operation
+from workflows_app.states import EXECUTION_RUNNING, OperationState
+
+logger = logging.getLogger(__name__)
+
+#: How long a starting manager waits for the workers' answers.
+REPLY_SECONDS = 2.0
+#: Seconds between two ticks.
+TICK_SECONDS = 0.5
+
+
+def on_start():
+    """Everything a starting manager does before it takes messages."""
+    try:
+        recovery.broker_watch.check(every=0)  # the broker as it is now: a later restart of it is noticed
+        killed = kill_orphaned_operations()
+        if killed:
+            logger.warning("killed %d operation process group(s) an earlier manager on this host left: %s", len(killed), killed)
+        started = list(Operation.objects.filter(state=OperationState.STARTED, execution__status__in=EXECUTION_RUNNING))
+        lost = reconcile_started(started, ask_workers()) if started else 0
+    except Exception:  # the broker is not up yet: heartbeats and the tick reconcile later
+        logger.exception("could not ask the workers what they run; started operations are left to their heartbeats")
+        lost = 0
+    resent = recovery.resend_in_flight()
+    executions = recovery.carry_on_executions()
+    logger.info("carried on %d execution(s); %d operation message(s) sent again; %d started operation(s) lost",
+                executions, resent, lost)
+
+
+def tick(now=None):
+    now = now or timezone.now()
+    timers.tick(now)
+    fail_operations_of_offline_agents(now)
+
+
+def ask_workers(timeout=REPLY_SECONDS) -> dict:
+    """incarnation -> the attempt keys that worker runs, from every worker that answers."""
+    return {answer["incarnation"]: set(answer.get("running") or ())
+            for answer in dispatch.ask_running(timeout) if answer.get("incarnation")}
+
+
+def reconcile_started(started, answers) -> int:
+    """Record lost (retryable) each operation of ``started`` — read *before* the workers were
+    asked, so none of them started after the question — that no live worker runs."""
+    heart_beating = dict(Agent.objects.online().values_list("name", "incarnation"))
+    lost = 0
+    for operation in started:
+        running = answers.get(operation.incarnation)
+        if running is not None and local.attempt_key(operation.pk, operation.attempt) in running:
+            continue  # still running: awaited
+        if running is None and operation.incarnation and heart_beating.get(operation.agent) == operation.incarnation:
+            continue  # its agent lives but did not answer in time: its heartbeats watch it
+        with transaction.atomic():
+            current = Operation.objects.filter(pk=operation.pk, state=OperationState.STARTED, attempt=operation.attempt).first()
+            if current is None:
+                continue  # it reported meanwhile
+            reports.record_lost(current, current.attempt, f"lost during restart: no live worker runs attempt "
+                                                          f"{current.attempt} (it ran on {current.agent})")
+        lost += 1
+    return lost
+
+
+def fail_operations_of_offline_agents(now):
+    """An agent silent for AGENT_OFFLINE_AFTER_SECONDS: its started operations were lost."""
+    threshold = now - timedelta(seconds=workflows_settings.AGENT_OFFLINE_AFTER_SECONDS)
+    offline = Agent.objects.filter(last_heartbeat__lt=threshold).values("name")
+    for operation in Operation.objects.filter(state=OperationState.STARTED, agent__in=offline):
+        reports.record_lost(operation, operation.attempt, f"agent {operation.agent} went offline")
+
+
+def kill_orphaned_operations() -> list[int]:
+    """SIGKILL the operation process groups recorded under this host's management queue whose
+    pool process outlived its manager (its parent is gone). Groups of live managers on this
+    host are left alone."""
+    killed = []
+    for entry in local.running_dir(workflows_settings.MANAGEMENT_QUEUE).iterdir():
+        pgid = local.recorded_group(entry)
+        if pgid is None or not local.group_alive(pgid):
+            entry.unlink(missing_ok=True)
+            continue
+        try:
+            orphaned = not _is_manager(psutil.Process(pgid).parent())
+        except psutil.NoSuchProcess:  # its leader (the pool process) died: what is left is leftover
+            orphaned = True
+        if orphaned and local.signal_group(pgid, signal.SIGKILL):
+            killed.append(pgid)
+            entry.unlink(missing_ok=True)
+    return killed
+
+
+def _is_manager(process) -> bool:
+    try:
+        return process is not None and any("run_manager" in part for part in process.cmdline())
+    except psutil.Error:
+        return False

@@ -1,0 +1,67 @@
+"""What every pool process of a Switchyard worker (a manager or an agent) does, through Celery's
+signals: it leads its own process group, keeps its database connection from one task to the
+next, and records the dispatcher it runs. ``prepare`` sets up the worker before it starts.
+
+Imported by ``run_manager`` and ``run_agent`` before Celery forks its pool, so the receivers are
+connected in every pool process; a Celery worker the project runs for its own tasks is left alone.
+"""
+
+import os
+import time
+
+from celery.signals import task_postrun, task_prerun, worker_process_init
+from django.db import close_old_connections, connections
+
+from agents.worker import local
+from workflows_app.dispatch import ADVANCE_TASK
+
+#: A connection idle longer than this is checked (and closed if dead or too old) before the
+#: next task uses it. Between tasks that follow each other closely it is not: Django's check is
+#: a ``SELECT 1`` round trip, as much as a quarter of what a no-op operation asks of the
+#: database. A connection that failed is dropped after its task all the same.
+IDLE_CHECK_SECONDS = 1.0
+_last_task_end = [float("-inf")]
+
+
+def prepare(app):
+    """Settings of ``app``'s worker that Switchyard needs whatever the project configured (the
+    tasks carry their own acknowledgement options: ``dispatch.TASK_OPTIONS``).
+
+    An operation running when the broker connection drops runs on: its result goes to the
+    database, not the broker, and what the broker lost is sent again from the database (SPEC §9).
+
+    Celery's Django fix-up closes the database connection before and after every task unless
+    ``CELERY_DB_REUSE_MAX`` is set, and a new PostgreSQL connection (a backend process and its
+    caches) costs more than the operation it serves. Keep it, and let Django decide between two
+    tasks, as it does between two requests, whether it is too old (CONN_MAX_AGE), broken by an
+    error, or dead (CONN_HEALTH_CHECKS): :func:`_check_idle_connections`,
+    :func:`_drop_failed_connections`."""
+    app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
+    app.conf.broker_connection_retry_on_startup = True
+    app.conf["CELERY_DB_REUSE_MAX"] = 2**31
+
+
+@worker_process_init.connect
+def _own_process_group(**kwargs):
+    # Each pool process leads its own process group, so that killing an operation (or a
+    # dispatcher) reaches every subprocess it started, and not the worker itself.
+    os.setpgid(0, 0)
+
+
+@task_prerun.connect
+def _check_idle_connections(sender=None, args=None, **kwargs):
+    if time.monotonic() - _last_task_end[0] > IDLE_CHECK_SECONDS:
+        close_old_connections()
+    if getattr(sender, "name", None) == ADVANCE_TASK and args:
+        # Recorded while it runs, so that a kill can find this process group (control.terminate).
+        local.mark_running(local.dispatcher_key(args[0]))
+
+
+@task_postrun.connect
+def _drop_failed_connections(sender=None, args=None, **kwargs):
+    if getattr(sender, "name", None) == ADVANCE_TASK and args:
+        local.mark_done(local.dispatcher_key(args[0]))
+    _last_task_end[0] = time.monotonic()
+    if any(conn.errors_occurred or conn.in_atomic_block or (conn.close_at is not None and _last_task_end[0] >= conn.close_at)
+           for conn in connections.all(initialized_only=True)):
+        close_old_connections()
