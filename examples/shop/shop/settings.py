@@ -1,0 +1,147 @@
+"""Settings of the shop, an ordinary Django 5.2 project that runs Switchyard (SPEC §14).
+
+Read from the environment: ``DATABASE_URL`` (``postgres://user:password@host:5432/name`` or
+``sqlite:////absolute/path.sqlite3``; default: ``var/shop.sqlite3``), ``CELERY_BROKER_URL``
+(default: the Redis on localhost), ``SHOP_DATA_DIR`` (where the shop's workflows keep their
+files; default ``var/``), ``SWITCHYARD_WORKFLOWS`` (a JSON object over ``WORKFLOWS``) and
+``DJANGO_SECRET_KEY`` / ``DJANGO_DEBUG`` / ``DJANGO_ALLOWED_HOSTS``.
+
+What Switchyard asks of a project is marked "Switchyard:"; everything else is the shop's own.
+"""
+
+import json
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SHOP_DATA_DIR = Path(os.environ.get("SHOP_DATA_DIR") or BASE_DIR / "var").resolve()
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "shop-example-insecure-key-change-me"
+DEBUG = os.environ.get("DJANGO_DEBUG", "true").lower() in ("1", "true", "yes", "on")
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    # Switchyard: its two apps and what its API and admin are built with.
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "workflows_app",
+    "agents",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "shop.urls"
+WSGI_APPLICATION = "shop.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+# --- Database ----------------------------------------------------------------------------
+def database_from_url(url):
+    """``DATABASES["default"]`` from a URL: ``sqlite:///relative``, ``sqlite:////absolute``
+    or ``postgres://user:password@host:port/name?option=value`` (a host starting with ``%2F``
+    is a socket directory)."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        name = Path(parts.path[1:] if parts.path.startswith("/") else parts.path)
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": name if name.is_absolute() else BASE_DIR / name}
+    if parts.scheme in ("postgres", "postgresql", "pgsql"):
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": unquote(parts.hostname or ""),
+            "PORT": str(parts.port or ""),
+            "OPTIONS": dict(parse_qsl(parts.query)),
+        }
+    raise ImproperlyConfigured(f"DATABASE_URL: unsupported scheme {parts.scheme!r} (sqlite or postgres)")
+
+
+DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'var' / 'shop.sqlite3'}")}
+DATABASES["default"].update({"CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True})
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # A manager, agents and the web server write to one file at once: take the write lock up
+    # front and wait for it (instead of "database is locked"), and let readers read meanwhile.
+    # PostgreSQL needs none of this; SQLite is for trying the shop out on one machine.
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+
+# An older project's default: Switchyard's apps choose their own primary keys whatever this says.
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "Europe/Paris"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# The shop's own API defaults, which Switchyard's endpoints do not take: they keep their own
+# authentication (token or session), permissions, limit/offset pagination and JSON errors.
+REST_FRAMEWORK = {
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 10,
+}
+
+# --- Celery: the shop's own app (shop/celery.py) -------------------------------------------
+# Only the broker: Switchyard's tasks and workers carry the options its durability needs
+# (acknowledged once run, given back when a worker process dies, one message per process at a
+# time, operations that run on when the broker connection drops), whatever these settings say.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or "redis://127.0.0.1:6379/0"
+
+# --- Switchyard -----------------------------------------------------------------------------
+# The modules that register the shop's workflows and operations: every process imports them.
+SWITCHYARD_WORKFLOW_MODULES = ["shop.workflows"]
+# Engine settings (every key has a default, see workflows_app.conf.DEFAULTS): the shop's
+# manager queue has a name of its own; SWITCHYARD_WORKFLOWS (JSON) overrides any key.
+WORKFLOWS = {"MANAGEMENT_QUEUE": "shop-management"}
+try:
+    WORKFLOWS.update(json.loads(os.environ.get("SWITCHYARD_WORKFLOWS") or "{}"))
+except (ValueError, TypeError) as exc:
+    raise ImproperlyConfigured(f"SWITCHYARD_WORKFLOWS must be a JSON object: {exc}") from None
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+}
