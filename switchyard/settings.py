@@ -184,44 +184,8 @@ SWITCHYARD_WORKFLOW_MODULES = [
 WORKFLOWS = _env_json_object("SWITCHYARD_WORKFLOWS")
 
 # --- REST framework --------------------------------------------------------------------
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # Every error: {"error_code", "message"} (SPEC §8).
-    "EXCEPTION_HANDLER": "workflows_app.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "workflows_app.api.pagination.Pagination",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    # JSON in and out; the documentation page (/api/v1/docs) is the HTML.
-    "DEFAULT_PARSER_CLASSES": ["workflows_app.api.parsers.StrictJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "workflows_app.api.negotiation.ContentNegotiation",
-}
-
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Switchyard API",
-    "DESCRIPTION": "Durable workflow executions: start, watch, cancel, kill and resume them (SPEC §8). "
-                   "Every error is {\"error_code\", \"message\"}; every list is paginated with limit/offset.",
-    "VERSION": "1",
-    # The schema and the docs need a logged-in user, like every endpoint.
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SCHEMA_PATH_PREFIX": "/api/v1",
-    # Request bodies get their own components (…Request), with their own constraints.
-    "COMPONENT_SPLIT_REQUEST": True,
-    # Paths answer with and without a trailing slash; the schema names them without.
-    "PREPROCESSING_HOOKS": ["workflows_app.api.schema.paths_without_trailing_slash"],
-    "ENUM_NAME_OVERRIDES": {
-        "ExecutionStatusEnum": "workflows_app.states.ExecutionStatus",
-        "OperationStateEnum": "workflows_app.states.OperationState",
-        "FailureModeEnum": "workflows_app.states.FailureMode",
-        "EventTypeEnum": "workflows_app.states.EventType",
-        "AgentStatusEnum": "agents.models.AgentStatus",
-    },
-}
+# No REST_FRAMEWORK nor SPECTACULAR_SETTINGS: Switchyard's API carries its own configuration
+# (workflows_app.api.base, workflows_app.api.schema) and takes none of a project's (SPEC §14).
 
 LOGGING = {
     "version": 1,

@@ -17,10 +17,10 @@ import jsonschema
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from workflows_app import dispatch
+from workflows_app.api.schema import SchemaGenerator
 
 API = "/api/v1"
 FORCE = "workflows_app.force_execution"

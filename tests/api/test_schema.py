@@ -19,7 +19,8 @@ SPEC_OPERATIONS = {
 
 
 def test_the_schema_validates_without_a_warning(tmp_path):
-    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"),
+                 "--generator-class", "workflows_app.api.schema.SchemaGenerator")
     assert yaml.safe_load((tmp_path / "schema.yaml").read_text())["openapi"].startswith("3.")
 
 

@@ -14,15 +14,17 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from django.template import Context, Engine
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
-from drf_spectacular.generators import SchemaGenerator
-from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from workflows_app.api.base import SwitchyardView
+from workflows_app.api.renderers import SCHEMA_RENDERERS, JSONRenderer
+from workflows_app.api.schema import SchemaGenerator, extend_schema, switchyard_spectacular_settings
 
 _ENGINE = Engine(dirs=[str(Path(__file__).resolve().parent / "templates")], autoescape=True)
 _METHODS = ("get", "post", "put", "patch", "delete")
@@ -41,16 +43,44 @@ class DocsHTMLRenderer(BaseRenderer):
         if response is not None and response.status_code >= 400:
             login = None
             if response.status_code == 401:
-                login = f"{reverse('admin:login')}?{urlencode({'next': reverse('api:docs')})}"
+                login = _login_url()
             return _ENGINE.get_template("docs_error.html").render(Context({
                 "status": response.status_code, "error": data, "login": login}))
         return _ENGINE.get_template("docs.html").render(Context({**page(data), "schema_url": reverse("api:schema")}))
 
 
-class SchemaView(SpectacularAPIView):
+def _login_url():
+    """The admin's login page, back to the docs after; None when the host project has no admin."""
+    try:
+        return f"{reverse('admin:login')}?{urlencode({'next': reverse('api:docs')})}"
+    except NoReverseMatch:
+        return None
+
+
+class SchemaView(SwitchyardView, SpectacularAPIView):
     """``GET /api/v1/schema``: the OpenAPI 3 schema, YAML by default (``?format=json`` or
     ``Accept: application/vnd.oai.openapi+json`` for JSON). Its errors are JSON like every
-    other error of the API, not a YAML document."""
+    other error of the API, not a YAML document.
+
+    drf-spectacular's view takes its renderers, permissions, authentication, URLconf and
+    generator from the host's ``SPECTACULAR_SETTINGS`` (``SERVE_...``): each is set here."""
+
+    renderer_classes = SCHEMA_RENDERERS
+    generator_class = SchemaGenerator
+    serve_public = True
+    urlconf = None
+    patterns = None
+    api_version = None
+    custom_settings = None
+
+    @extend_schema(exclude=True)
+    def get(self, request, *args, **kwargs):
+        # Around the response too: its file name is the schema's title.
+        with switchyard_spectacular_settings(request):
+            return super().get(request, *args, **kwargs)
+
+    def _get_version_parameter(self, request):
+        return request.GET.get("version")  # any: Switchyard's API has no ALLOWED_VERSIONS (DRF's setting)
 
     def handle_exception(self, exc):
         response = super().handle_exception(exc)
@@ -58,7 +88,7 @@ class SchemaView(SpectacularAPIView):
         return response
 
 
-class DocsView(APIView):
+class DocsView(SwitchyardView, APIView):
     """``GET /api/v1/docs``: the documentation page (see the module's docstring)."""
 
     renderer_classes = [DocsHTMLRenderer]

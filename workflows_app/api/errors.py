@@ -1,4 +1,4 @@
-"""API errors and the one exception handler (``REST_FRAMEWORK["EXCEPTION_HANDLER"]``).
+"""API errors and the one exception handler (every view's: ``SwitchyardView.get_exception_handler``).
 
 Every error answers ``{"error_code": "...", "message": "..."}`` (SPEC §8). DRF's own errors keep
 their codes (``parse_error``, ``not_authenticated``, ``authentication_failed``,

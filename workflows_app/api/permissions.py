@@ -1,5 +1,5 @@
-"""Who may do what. Every endpoint needs a logged-in user (``IsAuthenticated``, the default in
-``REST_FRAMEWORK``); the actions that do not wait for the workflow — kill, force-cancel,
+"""Who may do what. Every endpoint needs a logged-in user (``IsAuthenticated``, every view's:
+``workflows_app.api.base``); the actions that do not wait for the workflow — kill, force-cancel,
 force-resume — also need ``workflows_app.force_execution`` (as in the admin)."""
 
 from rest_framework.permissions import BasePermission

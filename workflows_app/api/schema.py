@@ -1,15 +1,152 @@
-"""OpenAPI annotations (drf-spectacular): the error responses and the parameters the views
-share, the preprocessing hook that names paths without their trailing slash, and the schema
-of ``workflow_id``. Every status an operation can answer is documented, with the one error
-shape, so that a client (or a fuzzer) can trust the schema."""
+"""The OpenAPI schema (drf-spectacular): how it is generated, and the annotations the views share.
 
+Generation (``SchemaGenerator``, used by ``GET schema``, ``GET docs`` and ``manage.py spectacular
+--generator-class workflows_app.api.schema.SchemaGenerator``) documents the endpoints of this
+API only, not the host project's, under the prefix the host includes the API at, with
+drf-spectacular's settings as Switchyard needs them (``SPECTACULAR_SETTINGS`` below over
+drf-spectacular's defaults), whatever the host's ``SPECTACULAR_SETTINGS`` say (SPEC §14).
+
+Annotations: the error responses and the parameters the views share, the preprocessing hook
+that names paths without their trailing slash, and the schema of ``workflow_id``. Every status
+an operation can answer is documented, with the one error shape, so that a client (or a
+fuzzer) can trust the schema. The views annotate their methods with ``extend_schema`` from
+here, not drf-spectacular's (see its docstring).
+"""
+
+import inspect
+import re
+import threading
+from contextlib import contextmanager
+
+from django.urls import get_script_prefix, reverse
+from drf_spectacular import generators, plumbing
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.settings import SPECTACULAR_DEFAULTS, spectacular_settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import extend_schema as spectacular_extend_schema
 
+from workflows_app.api import routes
+from workflows_app.api.base import SwitchyardView
+from workflows_app.api.drf_settings import api_settings
 from workflows_app.api.filters import EXECUTION_ORDERING, ORDERING_HELP
 from workflows_app.api.serializers import ErrorSerializer
 from workflows_app.registry import workflows
+
+#: drf-spectacular's settings for Switchyard's schema, over drf-spectacular's defaults (every
+#: other key is reset to its default while the schema is generated); ``SCHEMA_PATH_PREFIX`` is
+#: where the host includes the API, and ``ENUM_NAME_OVERRIDES`` takes the enums other apps
+#: register (``workflows_app.api.routes``).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Switchyard API",
+    "DESCRIPTION": "Durable workflow executions: start, watch, cancel, kill and resume them (SPEC §8). "
+                   "Every error is {\"error_code\", \"message\"}; every list is paginated with limit/offset.",
+    "VERSION": "1",
+    # Request bodies get their own components (…Request), with their own constraints.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Paths answer with and without a trailing slash; the schema names them without.
+    "PREPROCESSING_HOOKS": ["workflows_app.api.schema.paths_without_trailing_slash"],
+    "ENUM_NAME_OVERRIDES": {
+        "ExecutionStatusEnum": "workflows_app.states.ExecutionStatus",
+        "OperationStateEnum": "workflows_app.states.OperationState",
+        "FailureModeEnum": "workflows_app.states.FailureMode",
+        "EventTypeEnum": "workflows_app.states.EventType",
+    },
+}
+
+#: drf-spectacular's settings it refuses to patch: they configure its own views, which
+#: ``workflows_app.api.docs.SchemaView`` sets as attributes instead.
+_NOT_PATCHABLE = ("SERVE_", "DEFAULT_GENERATOR_CLASS")
+
+
+def mount_prefix(request=None) -> str:
+    """Where the host includes ``workflows_app.api.urls``: ``/api/v1/`` in the demo project
+    (without the script prefix, as the schema's paths are). With a request, the instance of the
+    URLconf that answered it."""
+    namespace = getattr(getattr(request, "resolver_match", None), "namespace", None)
+    path = reverse("api:not-found", current_app=namespace or None)
+    script = get_script_prefix()
+    return "/" + path[len(script):] if path.startswith(script) else path
+
+
+def spectacular_settings_for(prefix) -> dict:
+    """Every drf-spectacular setting as Switchyard's schema needs it."""
+    return {
+        **{key: value for key, value in SPECTACULAR_DEFAULTS.items() if not key.startswith(_NOT_PATCHABLE)},
+        **SPECTACULAR_SETTINGS,
+        "SCHEMA_PATH_PREFIX": re.escape(prefix.rstrip("/")),
+        "ENUM_NAME_OVERRIDES": {**SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"], **routes.enum_names()},
+    }
+
+
+_lock = threading.RLock()
+_depth = 0
+
+
+def _clear_caches():
+    # drf-spectacular caches ENUM_NAME_OVERRIDES once loaded, per language (not per settings).
+    for name in ("_load_enum_name_overrides", "load_enum_name_overrides"):
+        getattr(getattr(plumbing, name, None), "cache_clear", lambda: None)()
+
+
+@contextmanager
+def switchyard_spectacular_settings(request=None):
+    """drf-spectacular's (global) settings patched as Switchyard's schema needs them, then put back.
+
+    Re-entrant (the schema view and its generator both ask), and one thread at a time: two
+    patches at once would put back each other's values."""
+    global _depth
+    with _lock:
+        outer = _depth == 0
+        _depth += 1
+        try:
+            if outer:
+                _clear_caches()
+                spectacular_settings.apply_patches(spectacular_settings_for(mount_prefix(request)))
+            yield
+        finally:
+            _depth -= 1
+            if outer:
+                spectacular_settings.clear_patches()
+                _clear_caches()
+
+
+class SchemaGenerator(generators.SchemaGenerator):
+    """Switchyard's schema: the endpoints of its API (the views derived from ``SwitchyardView``
+    under its prefix) and nothing else of the host project, with Switchyard's settings."""
+
+    _prefix = "/"
+
+    def get_schema(self, request=None, public=False):
+        with switchyard_spectacular_settings(request):
+            self._prefix = mount_prefix(request)
+            return super().get_schema(request=request, public=public)
+
+    def _initialise_endpoints(self):
+        if self.endpoints is None:
+            super()._initialise_endpoints()
+            self.endpoints = [(path, path_regex, method, callback)
+                              for path, path_regex, method, callback in self.endpoints
+                              if issubclass(getattr(callback, "cls", type), SwitchyardView)
+                              and (path + "/").startswith(self._prefix)]
+
+
+def extend_schema(**kwargs):
+    """drf-spectacular's ``extend_schema``, based on the views' own schema class.
+
+    On a view's method, drf-spectacular's decorator extends DRF's ``DEFAULT_SCHEMA_CLASS`` as
+    it is when the view is imported: the host project's (DRF's own ``AutoSchema`` unless it
+    says otherwise), whose methods then come before drf-spectacular's when the schema is
+    generated, and the operation is not documented. This one extends the schema class of
+    ``SwitchyardView``."""
+    decorate = spectacular_extend_schema(**kwargs)
+
+    def decorator(f):
+        if callable(f) and not inspect.isclass(f) and "schema" not in getattr(f, "kwargs", {}):
+            f.kwargs = {**getattr(f, "kwargs", {}), "schema": api_settings.DEFAULT_SCHEMA_CLASS}
+        return decorate(f)
+
+    return decorator
 
 _ERRORS = {
     400: "invalid input: `parse_error` (the body is not JSON), `invalid_parameters` (a wrong type, "
@@ -56,7 +193,7 @@ class WorkflowIdFieldExtension(OpenApiSerializerFieldExtension):
     target_class = "workflows_app.api.serializers.WorkflowIdField"
 
     def map_serializer_field(self, auto_schema, direction):
-        schema = {"type": "string", "description": "a registered workflow (GET /api/v1/workflows)"}
+        schema = {"type": "string", "description": f"a registered workflow (GET {mount_prefix()}workflows)"}
         names = sorted(workflows())
         if names:  # an enum cannot be empty
             schema["enum"] = names

@@ -4,14 +4,21 @@ Output serializers are read-only views of the models; the execution's token (``t
 is never one of their fields. Input serializers are strict: each field takes its JSON type
 only, and a key that is not a field is refused (a misspelt ``"dry-run": true`` must not start
 a real run).
+
+Timestamps are ISO 8601 in UTC and big integers are numbers, whatever the project's
+``TIME_ZONE`` and ``REST_FRAMEWORK`` (``DATETIME_FORMAT``, ``COERCE_BIGINT_TO_STRING``) say
+(SPEC §8, §14): DRF's fields read those from the project's settings as they serialize, so the
+model serializers of the API (``APIModelSerializer``, the agents app's too) use fields of
+their own.
 """
 
+import datetime
 from collections.abc import Mapping
 
+from django.db import models
 from drf_spectacular.utils import extend_schema_field
-from rest_framework import serializers
+from rest_framework import ISO_8601, serializers
 
-from agents.models import Agent, AgentStatus
 from workflows_app.api.fields import (
     JSONObjectField,
     JSONValueField,
@@ -40,7 +47,31 @@ class ErrorSerializer(serializers.Serializer):
 
 # --- output ----------------------------------------------------------------------------------
 
-class ExecutionSerializer(serializers.ModelSerializer):
+class UTCDateTimeField(serializers.DateTimeField):
+    """A timestamp as ISO 8601 in UTC (``2030-01-01T12:00:00Z``)."""
+
+    format = ISO_8601
+    timezone = datetime.timezone.utc
+
+
+class BigIntegerField(serializers.BigIntegerField):
+    """A big integer (an event's id) as a JSON number."""
+
+    coerce_to_string = False
+
+
+class APIModelSerializer(serializers.ModelSerializer):
+    """DRF's ModelSerializer, with the API's timestamps and big integers."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DateTimeField: UTCDateTimeField,
+        models.BigAutoField: BigIntegerField,
+        models.BigIntegerField: BigIntegerField,
+    }
+
+
+class ExecutionSerializer(APIModelSerializer):
     """An execution (SPEC §4); never its token."""
 
     parameters = serializers.DictField(read_only=True, help_text="the workflow's parameters")
@@ -77,7 +108,7 @@ def execution_detail(execution) -> dict:
     return ExecutionDetailSerializer(execution).data
 
 
-class OperationSerializer(serializers.ModelSerializer):
+class OperationSerializer(APIModelSerializer):
     """An operation (SPEC §5): one step of an execution."""
 
     depends_on = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name",
@@ -111,7 +142,7 @@ class GraphSerializer(serializers.Serializer):
                                   help_text="[from, to]: the step `to` depends on the step `from`")
 
 
-class EventSerializer(serializers.ModelSerializer):
+class EventSerializer(APIModelSerializer):
     """One entry of an execution's log (SPEC §10)."""
 
     execution_id = serializers.UUIDField(read_only=True)
@@ -120,19 +151,6 @@ class EventSerializer(serializers.ModelSerializer):
     class Meta:
         model = Event
         fields = ("id", "execution_id", "operation", "type", "message", "data", "timestamp")
-        read_only_fields = fields
-
-
-class AgentSerializer(serializers.ModelSerializer):
-    """A named agent (a queue) and its liveness."""
-
-    status = serializers.ChoiceField(choices=AgentStatus.choices, source="live_status", read_only=True,
-                                     help_text="online: a heartbeat within AGENT_OFFLINE_AFTER_SECONDS")
-    running = serializers.IntegerField(read_only=True, min_value=0, help_text="its operations now started")
-
-    class Meta:
-        model = Agent
-        fields = ("name", "status", "last_heartbeat", "hostname", "running")
         read_only_fields = fields
 
 

@@ -1,9 +1,17 @@
-"""Routes of ``/api/v1/`` (SPEC §8). Every path answers with and without a trailing slash, the
-same way and without a redirect (``/?$``); any other path is a JSON 404."""
+"""Routes of the API (SPEC §8), under whatever prefix the host project includes them at
+(``path("api/v1/", include("workflows_app.api.urls"))``). Every path answers with and without a
+trailing slash, the same way and without a redirect (``/?$``); any other path is a JSON 404.
 
+Other apps' endpoints (``GET agents``) are registered in ``workflows_app.api.routes`` by their
+``AppConfig.ready()``, which runs before any URLconf is loaded."""
+
+from django.apps import apps
 from django.urls import re_path
-from workflows_app.api import views
+
+from workflows_app.api import routes, views
 from workflows_app.api.docs import DocsView, SchemaView
+
+apps.check_apps_ready()  # the registered routes are complete only then
 
 app_name = "api"
 
@@ -17,7 +25,7 @@ urlpatterns = [
     re_path(rf"^executions/{_ID}/graph/?$", views.ExecutionGraph.as_view(), name="execution-graph"),
     re_path(rf"^executions/{_ID}/events/?$", views.ExecutionEvents.as_view(), name="execution-events"),
     re_path(r"^events/?$", views.EventList.as_view(), name="events"),
-    re_path(r"^agents/?$", views.AgentList.as_view(), name="agents"),
+    *routes.urlpatterns(),
     re_path(r"^schema/?$", SchemaView.as_view(), name="schema"),
     re_path(r"^docs/?$", DocsView.as_view(), name="docs"),
     re_path(r"", views.NotFoundView.as_view(), name="not-found"),

@@ -1,5 +1,7 @@
 """The endpoints of ``/api/v1/`` (SPEC §8). Each parses its input, calls one service and
-translates the service's errors into API errors (``workflows_app.api.errors``).
+translates the service's errors into API errors (``workflows_app.api.errors``). Each derives from
+``SwitchyardView`` first, which carries the API's configuration (SPEC §14). ``GET agents`` is the
+agents app's (``agents.api``), registered in ``workflows_app.api.routes``.
 
 Lists run a constant number of queries however many rows they show: a count and a page, plus
 one for the operations' dependencies (prefetched) and one to check the execution exists.
@@ -10,24 +12,22 @@ import uuid
 
 from django.db.models import Prefetch
 from django.urls import reverse
-from drf_spectacular.utils import extend_schema
 from rest_framework import generics, status
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.models import Agent
 from workflows_app import errors as domain
 from workflows_app import queries, services
 from workflows_app.api import errors
+from workflows_app.api.base import SwitchyardView
 from workflows_app.api.filters import EventFilter, ExecutionFilter
 from workflows_app.api.permissions import CanForceExecution
-from workflows_app.api.schema import EXECUTION_ID, EXECUTION_ORDERING_PARAMETER, READ_ERRORS
+from workflows_app.api.schema import EXECUTION_ID, EXECUTION_ORDERING_PARAMETER, READ_ERRORS, extend_schema
 from workflows_app.api.schema import errors as error_responses
 from workflows_app.api.serializers import (
     ACTIONS,
     ActionSerializer,
-    AgentSerializer,
     EventSerializer,
     ExternalEventSerializer,
     ExecutionDetailSerializer,
@@ -45,7 +45,7 @@ from workflows_app.registry import workflows
 assert set(services.ACTIONS) == set(ACTIONS)
 
 
-class WorkflowList(generics.ListAPIView):
+class WorkflowList(SwitchyardView, generics.ListAPIView):
     """The registered workflows, by name."""
 
     serializer_class = WorkflowSerializer
@@ -79,7 +79,7 @@ class ExecutionLookupMixin:
             raise NotFound(f"no execution {pk}") from None
 
 
-class ExecutionListCreate(generics.ListAPIView):
+class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
     """Executions, newest first; start one."""
 
     queryset = Execution.objects.all()
@@ -126,7 +126,7 @@ class ExecutionListCreate(generics.ListAPIView):
                             reverse("api:execution", kwargs={"id": execution.pk}))})
 
 
-class ExecutionDetail(ExecutionLookupMixin, generics.GenericAPIView):
+class ExecutionDetail(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIView):
     """One execution; act on it."""
 
     queryset = Execution.objects.all()
@@ -170,7 +170,7 @@ class ExecutionDetail(ExecutionLookupMixin, generics.GenericAPIView):
         return Response(execution_detail(self.get_execution()))
 
 
-class ExecutionOperations(ExecutionLookupMixin, generics.ListAPIView):
+class ExecutionOperations(SwitchyardView, ExecutionLookupMixin, generics.ListAPIView):
     """The operations of an execution, in the order they were created."""
 
     serializer_class = OperationSerializer
@@ -189,7 +189,7 @@ class ExecutionOperations(ExecutionLookupMixin, generics.ListAPIView):
         return super().get(request, *args, **kwargs)
 
 
-class ExecutionGraph(ExecutionLookupMixin, generics.GenericAPIView):
+class ExecutionGraph(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIView):
     """The execution's operations as a graph."""
 
     serializer_class = GraphSerializer
@@ -203,7 +203,7 @@ class ExecutionGraph(ExecutionLookupMixin, generics.GenericAPIView):
         return Response(GraphSerializer(queries.graph(execution.pk)).data)
 
 
-class ExecutionEvents(ExecutionLookupMixin, generics.GenericAPIView):
+class ExecutionEvents(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIView):
     """Deliver an external event to an execution."""
 
     serializer_class = ExternalEventSerializer
@@ -234,7 +234,7 @@ class ExecutionEvents(ExecutionLookupMixin, generics.GenericAPIView):
         return Response(EventSerializer(event).data, status=status.HTTP_202_ACCEPTED)
 
 
-class EventList(generics.ListAPIView):
+class EventList(SwitchyardView, generics.ListAPIView):
     """Events in id order (ascending): tail with ``after`` = the last id seen."""
 
     queryset = Event.objects.order_by("id")
@@ -247,24 +247,8 @@ class EventList(generics.ListAPIView):
         return super().get(request, *args, **kwargs)
 
 
-class AgentList(generics.ListAPIView):
-    """The agents and whether they are online."""
-
-    queryset = Agent.objects.none()  # for the schema; get_queryset computes online against now
-    serializer_class = AgentSerializer
-    filter_backends = ()
-
-    def get_queryset(self):
-        return Agent.objects.with_status()
-
-    @extend_schema(operation_id="agents_list", summary="List the agents",
-                   responses={200: AgentSerializer(many=True), **error_responses(*READ_ERRORS)})
-    def get(self, request, *args, **kwargs):
-        return super().get(request, *args, **kwargs)
-
-
 @extend_schema(exclude=True)
-class NotFoundView(APIView):
+class NotFoundView(SwitchyardView, APIView):
     """Any other path under /api/v1/: a JSON 404 (after authentication, like every endpoint)."""
 
     def initial(self, request, *args, **kwargs):
