@@ -3,8 +3,9 @@
     from workflows_app.conf import workflows_settings
     workflows_settings.KILL_GRACE_SECONDS
 
-Every key of ``DEFAULTS`` may be overridden in ``settings.WORKFLOWS`` (or the environment
-variable ``SWITCHYARD_WORKFLOWS``, a JSON object); an unknown key is refused — by the system
+Every key of ``DEFAULTS`` may be overridden in ``settings.WORKFLOWS`` (the demo project's
+settings read it from the environment variable ``SWITCHYARD_WORKFLOWS``, a JSON object; a host
+project's settings may do the same); an unknown key is refused — by the system
 check ``workflows.E001`` at start-up and by ``ConfigurationError`` on first read. The object
 reloads when ``WORKFLOWS`` changes under ``override_settings``.
 """
