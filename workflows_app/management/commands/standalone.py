@@ -55,13 +55,13 @@ class Command(BaseCommand):
     def handle(self, *args, address, port, flower_port, no_flower, no_demo, concurrency, verbose, **options):
         var_dir().mkdir(parents=True, exist_ok=True)
         # The embedded Redis belongs to the stack: stopped with it, unless it was already
-        # running for someone else before this command started.
+        # running for someone else before this command started. (Configuring the Celery app
+        # starts it, ``workflows_app.apps``: whether this process did is what tells.)
         redis_dir = embedded_redis.var_dir_of(current_app.conf.broker_url or "")
-        own_redis = redis_dir is not None and not embedded_redis.ping(redis_dir)
         try:
             status = self._run(address, port, flower_port, no_flower, no_demo, concurrency, verbose, redis_dir)
         finally:
-            if own_redis:
+            if redis_dir is not None and embedded_redis.started_here(redis_dir):
                 embedded_redis.stop(redis_dir)
                 self.say("embedded Redis stopped")
         sys.exit(status)
