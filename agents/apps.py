@@ -11,4 +11,3 @@ class AgentsConfig(AppConfig):
         from workflows_app.api import routes
 
         routes.register(r"^agents/?$", "agents.api.AgentList", name="agents")
-        routes.register_enum_name("AgentStatusEnum", "agents.models.AgentStatus")

@@ -64,24 +64,6 @@ def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), sto
     app.worker_main(argv)
 
 
-class Heartbeat(threading.Thread):
-    """Writes ``last_heartbeat`` every AGENT_HEARTBEAT_SECONDS while this run is the current one."""
-
-    def __init__(self, name, incarnation):
-        super().__init__(name=f"heartbeat-{name}", daemon=True)
-        self.agent, self.incarnation = name, incarnation
-        self.stopped = threading.Event()
-
-    def run(self):
-        while not self.stopped.wait(workflows_settings.AGENT_HEARTBEAT_SECONDS):
-            try:
-                close_old_connections()
-                if not Agent.objects.filter(name=self.agent, incarnation=self.incarnation).update(last_heartbeat=timezone.now()):
-                    logger.warning("agent %s: a newer run has taken the name over", self.agent)
-            except Exception:
-                logger.exception("agent %s: heartbeat failed", self.agent)
-
-
 class Ticker(threading.Thread):
     """Calls ``fn`` every ``interval`` seconds, logging (not dying of) its errors."""
 
@@ -97,6 +79,16 @@ class Ticker(threading.Thread):
                 self.fn()
             except Exception:
                 logger.exception("%s failed", self.name)
+
+
+def heartbeat(name, incarnation) -> Ticker:
+    """A thread that writes ``last_heartbeat`` every AGENT_HEARTBEAT_SECONDS while this run is
+    the current one."""
+    def beat():
+        if not Agent.objects.filter(name=name, incarnation=incarnation).update(last_heartbeat=timezone.now()):
+            logger.warning("agent %s: a newer run has taken the name over", name)
+
+    return Ticker(beat, workflows_settings.AGENT_HEARTBEAT_SECONDS, name=f"heartbeat-{name}")
 
 
 class GracefulShutdown:

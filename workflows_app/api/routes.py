@@ -7,10 +7,9 @@
     from workflows_app.api import routes
 
     routes.register(r"^agents/?$", "agents.api.AgentList", name="agents")
-    routes.register_enum_name("AgentStatusEnum", "agents.models.AgentStatus")
 
 ``workflows_app.api.urls`` serves the registered routes after its own and before its JSON 404;
-the schema (``workflows_app.api.schema``) names the registered enums. Apps are ready before any
+its schema documents them like every other endpoint. Apps are ready before any
 URLconf is loaded, so a route registered later than that is an error rather than a route that
 never answers.
 """
@@ -20,7 +19,6 @@ from django.urls import re_path
 from django.utils.module_loading import import_string
 
 _routes = {}  # name -> (regex, view class or its dotted path)
-_enum_names = {}  # component name -> choices (a TextChoices or its dotted path)
 _served = False
 
 
@@ -31,16 +29,6 @@ def register(regex, view, *, name):
         raise ImproperlyConfigured(f"route {name!r} registered after workflows_app.api.urls was loaded: "
                                    "register routes from an AppConfig.ready()")
     _routes[name] = (regex, view)
-
-
-def register_enum_name(component, choices):
-    """Name the schema's enum of ``choices`` (its values, as drf-spectacular's
-    ``ENUM_NAME_OVERRIDES`` takes them) ``component``, e.g. ``AgentStatusEnum``."""
-    _enum_names[component] = choices
-
-
-def enum_names() -> dict:
-    return dict(_enum_names)
 
 
 def urlpatterns() -> list:

@@ -26,7 +26,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from drf_spectacular.utils import extend_schema as spectacular_extend_schema
 
-from workflows_app.api import routes
 from workflows_app.api.base import SwitchyardView
 from workflows_app.api.drf_settings import api_settings
 from workflows_app.api.filters import EXECUTION_ORDERING, ORDERING_HELP
@@ -35,8 +34,8 @@ from workflows_app.registry import workflows
 
 #: drf-spectacular's settings for Switchyard's schema, over drf-spectacular's defaults (every
 #: other key is reset to its default while the schema is generated); ``SCHEMA_PATH_PREFIX`` is
-#: where the host includes the API, and ``ENUM_NAME_OVERRIDES`` takes the enums other apps
-#: register (``workflows_app.api.routes``).
+#: where the host includes the API. (The agents' status enum needs no override: drf-spectacular
+#: names it ``AgentStatusEnum`` after its component.)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Switchyard API",
     "DESCRIPTION": "Durable workflow executions: start, watch, cancel, kill and resume them (SPEC §8). "
@@ -75,7 +74,6 @@ def spectacular_settings_for(prefix) -> dict:
         **{key: value for key, value in SPECTACULAR_DEFAULTS.items() if not key.startswith(_NOT_PATCHABLE)},
         **SPECTACULAR_SETTINGS,
         "SCHEMA_PATH_PREFIX": re.escape(prefix.rstrip("/")),
-        "ENUM_NAME_OVERRIDES": {**SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"], **routes.enum_names()},
     }
 
 

@@ -15,9 +15,9 @@ import time
 import uuid
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rest_framework.renderers import JSONRenderer
 from tqdm import tqdm
 
+from workflows_app.api.renderers import JSONRenderer
 from workflows_app.api.serializers import EventSerializer, ExecutionSerializer, execution_detail
 from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
 from workflows_app.models import Execution

@@ -5,7 +5,7 @@ import socket
 
 from django.core.management.base import BaseCommand, CommandError
 
-from agents.worker.lifecycle import Heartbeat, begin, run_worker
+from agents.worker.lifecycle import begin, heartbeat, run_worker
 from workflows_app.registry import load_workflow_modules
 
 
@@ -25,4 +25,4 @@ class Command(BaseCommand):
         load_workflow_modules()
         incarnation = begin(name, concurrency=concurrency)
         run_worker(f"agent {name}", queue=name, hostname=f"{name}@{socket.gethostname()}", concurrency=concurrency,
-                   loglevel=loglevel, threads=[Heartbeat(name, incarnation)])
+                   loglevel=loglevel, threads=[heartbeat(name, incarnation)])
