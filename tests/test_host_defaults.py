@@ -1,17 +1,23 @@
 """What the apps take from the project they are installed in (SPEC §14): its Celery app, in
 every thread; where its local files go without a setting; which workflow modules it loads."""
 
+import importlib.util
 import threading
 from pathlib import Path
 
+import pytest
 from celery import Celery, current_app
 from celery.local import Proxy
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
 
 from agents.runner import run_operation
 from agents.worker import lifecycle
 from switchyard.celery import app as project_app
 from workflows_app import checks, dispatch
+from workflows_app.api import routes
 from workflows_app.conf import var_dir
+from workflows_app.management.commands import standalone
 from workflows_app.registry import workflow_modules
 from workflows_app.tasks import advance
 
@@ -73,5 +79,25 @@ def test_a_switchyard_worker_takes_one_message_at_a_time_and_runs_on_when_the_br
     lifecycle.run_worker("agent probe", queue="probe", hostname="probe@here", concurrency=3, loglevel="INFO")
     assert argv[argv.index("--prefetch-multiplier") + 1] == "1" and argv[argv.index("--queues") + 1] == "probe"
     assert argv[argv.index("--concurrency") + 1] == "3" and "--task-events" in argv
+    assert argv[argv.index("--hostname") + 1] == "probe@here" and argv[argv.index("--loglevel") + 1] == "INFO"
     assert project_app.conf.worker_cancel_long_running_tasks_on_connection_loss is False
     assert project_app.conf["CELERY_DB_REUSE_MAX"] >= 2**31  # Celery's Django fix-up keeps the connection
+
+
+def test_run_flower_without_flower_installed_says_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flower" else real(name, *a))
+    with pytest.raises(CommandError, match=r"pip install 'switchyard\[flower\]'"):
+        call_command("run_flower")
+
+
+def test_a_route_registered_after_the_api_urls_loaded_is_refused():
+    from workflows_app.api import urls  # noqa: F401  (the URLconf is loaded)
+
+    with pytest.raises(ImproperlyConfigured, match="AppConfig.ready"):
+        routes.register(r"^late/?$", "agents.api.AgentList", name="late")
+
+
+def test_standalone_names_the_pages_where_the_project_serves_them():
+    assert standalone._path("api:docs") == "/api/v1/docs"
+    assert standalone._path("admin:nowhere").startswith(" (not served")
