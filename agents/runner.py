@@ -6,22 +6,33 @@ of the same attempt — Redis' visibility timeout, a requeue — finds the attem
 dropped while that attempt still runs somewhere; if its process is gone, the attempt was lost,
 which is a retryable failure. This, not Celery's in-memory revoke list, is what keeps a
 message from running twice.
+
+A database outage (SPEC §9, ``workflows_app.outages``) is ridden out at both ends: a delivery
+waits to be claimed until the database answers (so this process takes no other message, and
+the rest stay in the broker); a finished attempt keeps its result and reports it, with its
+attempt, when the database is back — fencing decides then as always. Past
+DATABASE_OUTAGE_TOLERANCE a delivery not claimed goes back to the queue, and a report not
+written is given up (logged at CRITICAL): its attempt is lost, a retryable failure, once a
+manager sees that no worker runs it.
 """
 
+import itertools
 import logging
 import os
 import time
 import traceback
 
 from celery import shared_task
+from celery.exceptions import Reject
 from celery.signals import task_revoked
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 
 from agents.worker import local
+from workflows_app import outages
 from workflows_app.dispatch import RUNNER_TASK, TASK_OPTIONS
 from workflows_app.engine import reports
 from workflows_app.engine.graph import resolve
-from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, TransitionRefused
+from workflows_app.errors import DatabaseUnavailable, NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, TransitionRefused
 from workflows_app.models import Execution, Operation
 from workflows_app.registry import get_operation
 from workflows_app.states import EXECUTION_CANCELLING, EventType, ExecutionStatus, OperationState
@@ -41,8 +52,16 @@ class OperationContext:
         self.attempt = operation.attempt
 
     def is_cancelled(self) -> bool:
-        status = Execution.objects.filter(pk=self.execution_id).values_list("status", flat=True).first()
-        state = Operation.objects.filter(pk=self.operation_id).values_list("state", flat=True).first()
+        """Whether the execution is being cancelled (or this step was). While the database is
+        unreachable nobody can have cancelled anything: False, and the operation goes on."""
+        try:
+            status = Execution.objects.filter(pk=self.execution_id).values_list("status", flat=True).first()
+            state = Operation.objects.filter(pk=self.operation_id).values_list("state", flat=True).first()
+        except (OperationalError, InterfaceError) as exc:
+            if not outages.is_outage(exc):
+                raise
+            outages.close_connections()
+            return False
         return status in EXECUTION_CANCELLING or status is None or state == OperationState.CANCELLED
 
     def raise_if_cancelled(self):
@@ -50,29 +69,43 @@ class OperationContext:
             raise OperationCancelled(f"{self.name}: the execution is being cancelled")
 
     def log(self, message, **data):
-        record_event(self.execution_id, EventType.LOG, str(message), data, operation=self.name)
+        outages.ride_out(f"logging for {self.name}", record_event, self.execution_id, EventType.LOG, str(message), data,
+                         operation=self.name)
 
 
 @shared_task(name=RUNNER_TASK, **TASK_OPTIONS)
 def run_operation(operation_id, attempt):
+    try:
+        claimed = outages.ride_out(f"claiming attempt {attempt} of {operation_id}", _claim_delivery, operation_id, attempt)
+        if claimed is None:
+            return
+        operation, dry_run = claimed
+        key = local.attempt_key(operation.pk, attempt)
+        local.mark_running(key)
+        try:
+            _run(operation, attempt, dry_run)
+        finally:
+            local.mark_done(key)
+    except DatabaseUnavailable:
+        # Back to the queue: claimed again when the database answers, or, if it was claimed
+        # here and its report given up, found lost then (its process is gone).
+        raise Reject("the database is unavailable", requeue=True) from None
+
+
+def _claim_delivery(operation_id, attempt):
+    """The operation and whether it is a dry run, if this delivery may start it; else None."""
     # The common case in one statement: the attempt is current, sent, its execution started.
     operation = claim_operation(operation_id, attempt, incarnation=local.incarnation(), data=_claim_data())
     if operation is not None:
-        dry_run = operation.dry_run
-    else:  # anything else: load it, and start it or say why not
-        operation = Operation.objects.select_related("execution").filter(pk=operation_id).first()
-        if operation is None:
-            logger.warning("operation %s does not exist: message dropped", operation_id)
-            return
-        if not _claim(operation, attempt):
-            return
-        dry_run = operation.execution.is_dry_run
-    key = local.attempt_key(operation.pk, attempt)
-    local.mark_running(key)
-    try:
-        _run(operation, attempt, dry_run)
-    finally:
-        local.mark_done(key)
+        return operation, operation.dry_run
+    # anything else: load it, and start it or say why not
+    operation = Operation.objects.select_related("execution").filter(pk=operation_id).first()
+    if operation is None:
+        logger.warning("operation %s does not exist: message dropped", operation_id)
+        return None
+    if not _claim(operation, attempt):
+        return None
+    return operation, operation.execution.is_dry_run
 
 
 def _claim_data():
@@ -122,9 +155,7 @@ def _run(operation, attempt, dry_run):
         return _report(reports.record_failure, operation, attempt, _error(exc), retryable=False)
     args = list(operation.args)
     if operation.input is not None:
-        results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
-                       .values_list("name", "result"))
-        args.insert(0, resolve(operation.input, results))
+        args.insert(0, outages.ride_out(f"loading the input of {operation.name}", _load_input, operation))
     if dry_run:
         return _report(reports.record_success, operation, attempt, None)
     try:
@@ -147,6 +178,19 @@ TRANSIENT_SQLSTATES = {"40P01", "40001"}
 
 
 def _report(record, operation, attempt, *args, **kwargs):
+    """Record what the attempt did, riding out a database outage (the result is kept until the
+    database answers; past DATABASE_OUTAGE_TOLERANCE, DatabaseUnavailable: given up)."""
+    tries = itertools.count()
+
+    def once():
+        if next(tries):
+            operation.refresh_from_db()  # what the failed transaction set in memory never happened
+        return _report_once(record, operation, attempt, *args, **kwargs)
+
+    return outages.ride_out(f"reporting attempt {attempt} of {operation.pk}", once)
+
+
+def _report_once(record, operation, attempt, *args, **kwargs):
     for tries in range(1, REPORT_TRIES + 1):
         try:
             return record(operation, attempt, *args, **kwargs)
@@ -158,6 +202,12 @@ def _report(record, operation, attempt, *args, **kwargs):
             logger.warning("report of %s attempt %s aborted (%s): trying again", operation.pk, attempt, exc)
             time.sleep(0.05 * tries)
             operation.refresh_from_db()  # what the aborted transaction set in memory never happened
+
+
+def _load_input(operation):
+    results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
+                   .values_list("name", "result"))
+    return resolve(operation.input, results)
 
 
 def _input_names(data):

@@ -131,6 +131,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         except ValueError:
             raise ImproperlyConfigured("DATABASE_PREPARE_THRESHOLD must be a whole number or 'none'") from None
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", _prepare)
+    # A server that does not answer (a fail-over, a network partition) fails a connection in
+    # seconds rather than hanging it: the API answers 503, managers and agents wait it out.
+    DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -19,6 +19,8 @@ SPEC_DEFAULTS = {
     "RETRY_INTERVAL": 5, "WAIT_AFTER_FAIL": 600, "KILL_GRACE_SECONDS": 5, "CANCEL_TIMEOUT": 3600,
     "AGENT_HEARTBEAT_SECONDS": 10, "AGENT_OFFLINE_AFTER_SECONDS": 60, "ABORT_ON_TERMINATE": False,
     "FLOWER_URL": None, "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
+    # Issue 18's key (the SPEC does not name it): how long a process rides out a database outage.
+    "DATABASE_OUTAGE_TOLERANCE": 120,
 }
 
 

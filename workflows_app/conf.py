@@ -32,10 +32,11 @@ DEFAULTS = {
     "ABORT_ON_TERMINATE": False,
     "FLOWER_URL": None,
     "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
+    "DATABASE_OUTAGE_TOLERANCE": 120,
 }
 
 _NUMBER_KEYS = {"RETRY_INTERVAL", "WAIT_AFTER_FAIL", "KILL_GRACE_SECONDS", "CANCEL_TIMEOUT",
-                "AGENT_HEARTBEAT_SECONDS", "AGENT_OFFLINE_AFTER_SECONDS"}
+                "AGENT_HEARTBEAT_SECONDS", "AGENT_OFFLINE_AFTER_SECONDS", "DATABASE_OUTAGE_TOLERANCE"}
 
 
 def unknown_keys(user_settings) -> list[str]:

@@ -19,7 +19,8 @@
     ├── RegistrationError             a workflow or operation registered twice, or not registered
     ├── GraphError (also ValueError)  a graph or canvas that cannot run (engine.graph)
     ├── ParameterError                execution parameters that do not fit the workflow
-    └── ExistingRunningExecution      a start for a deployment that has an active execution
+    ├── ExistingRunningExecution      a start for a deployment that has an active execution
+    └── DatabaseUnavailable           the database stayed unreachable longer than DATABASE_OUTAGE_TOLERANCE
 
 Every error pickles with its attributes (it may cross a process boundary in a Celery result).
 """
@@ -182,3 +183,15 @@ class ExistingRunningExecution(SwitchyardError):
     def __str__(self):
         return (f"deployment {self.deployment_id!r} has an active execution ({self.active_id}): "
                 'ask with "queue": true to run after it, or "force": true to run beside it')
+
+
+class DatabaseUnavailable(SwitchyardError):
+    """The database stayed unreachable longer than ``WORKFLOWS["DATABASE_OUTAGE_TOLERANCE"]``
+    while ``what`` waited for it (``workflows_app.outages``)."""
+
+    def __init__(self, what="", seconds=0.0):
+        super().__init__(what, seconds)
+        self.what, self.seconds = what, seconds
+
+    def __str__(self):
+        return f"the database was unavailable for {self.seconds:.0f}s while {self.what}: gave up"

@@ -2,11 +2,19 @@
 the process group of the dispatcher it runs: ``agents.worker.pool``.)"""
 
 from celery import shared_task
+from celery.exceptions import Reject
 
+from workflows_app import outages
 from workflows_app.dispatch import ADVANCE_TASK, TASK_OPTIONS
 from workflows_app.engine.dispatcher import advance as run
+from workflows_app.errors import DatabaseUnavailable
 
 
 @shared_task(name=ADVANCE_TASK, **TASK_OPTIONS)
 def advance(execution_id):
-    run(execution_id)
+    # A database outage is waited out (each pass of the dispatcher is safe to run again); past
+    # DATABASE_OUTAGE_TOLERANCE the message goes back to the queue.
+    try:
+        outages.ride_out(f"advancing {execution_id}", run, execution_id)
+    except DatabaseUnavailable:
+        raise Reject("the database is unavailable", requeue=True) from None

@@ -17,6 +17,7 @@ from django.utils import timezone
 from agents.models import Agent
 from agents.worker import local, pool
 from agents.worker.control import terminate
+from workflows_app import outages
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import reports
 from workflows_app.models import Operation
@@ -35,15 +36,19 @@ def begin(name, *, register=True, concurrency=None) -> str:
         killed = local.kill_leftovers(name)
         if killed:
             logger.warning("killed %d operation process group(s) left by an earlier run of %s: %s", len(killed), name, killed)
-        now = timezone.now()
-        Agent.objects.update_or_create(name=name, defaults={
-            "incarnation": incarnation, "hostname": socket.gethostname(), "pid": os.getpid(),
-            "concurrency": concurrency, "started_at": now, "last_heartbeat": now})
-        lost = Operation.objects.filter(agent=name, state=OperationState.STARTED).exclude(incarnation=incarnation)
-        for operation in lost:
-            reports.record_lost(operation, operation.attempt, f"lost: agent {name} started again")
+        outages.ride_out(f"registering agent {name}", _register, name, incarnation, concurrency)
     connections.close_all()  # never share a connection with the pool processes about to fork
     return incarnation
+
+
+def _register(name, incarnation, concurrency):
+    now = timezone.now()
+    Agent.objects.update_or_create(name=name, defaults={
+        "incarnation": incarnation, "hostname": socket.gethostname(), "pid": os.getpid(),
+        "concurrency": concurrency, "started_at": now, "last_heartbeat": now})
+    lost = Operation.objects.filter(agent=name, state=OperationState.STARTED).exclude(incarnation=incarnation)
+    for operation in lost:
+        reports.record_lost(operation, operation.attempt, f"lost: agent {name} started again")
 
 
 def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), stop_first=()):
@@ -64,21 +69,35 @@ def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), sto
     app.worker_main(argv)
 
 
+#: How often a ticker tries while the database is down: an agent's first heartbeat after an
+#: outage comes within this, not a whole heartbeat period later.
+OUTAGE_RETRY_SECONDS = 1.0
+
+
 class Ticker(threading.Thread):
-    """Calls ``fn`` every ``interval`` seconds, logging (not dying of) its errors."""
+    """Calls ``fn`` every ``interval`` seconds, logging (not dying of) its errors. While the
+    database is unreachable it says so once (and once when it is back), and tries every
+    ``OUTAGE_RETRY_SECONDS`` at most."""
 
     def __init__(self, fn, interval, name="tick"):
         super().__init__(name=name, daemon=True)
         self.fn, self.interval = fn, interval
         self.stopped = threading.Event()
+        self.database = outages.Watch(name)
 
     def run(self):
-        while not self.stopped.wait(self.interval):
-            try:
-                close_old_connections()
-                self.fn()
-            except Exception:
+        while not self.stopped.wait(min(self.interval, OUTAGE_RETRY_SECONDS) if self.database.down else self.interval):
+            self.turn()
+
+    def turn(self):
+        try:
+            close_old_connections()
+            self.fn()
+        except Exception as exc:
+            if not self.database.failed(exc):
                 logger.exception("%s failed", self.name)
+            return
+        self.database.succeeded()
 
 
 def heartbeat(name, incarnation) -> Ticker:

@@ -13,12 +13,15 @@ When it starts, before it takes messages:
 3. it carries on from the database (``engine.recovery``): what was in flight is sent again and
    every active execution is advanced.
 
-Its tick is the engine's (``engine.timers.tick``) plus the agents' liveness: an agent silent
-for ``AGENT_OFFLINE_AFTER_SECONDS`` lost its started operations.
+Its tick (:class:`Tick`) is the engine's (``engine.timers.tick``) plus the agents' liveness:
+an agent silent for ``AGENT_OFFLINE_AFTER_SECONDS`` lost its started operations. After a
+database outage it saw, the tick does what a starting manager does (2 and 3), once the agents
+have had time to heart-beat again.
 """
 
 import logging
 import signal
+import time
 from datetime import timedelta
 
 import psutil
@@ -27,7 +30,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from agents.worker import local
-from workflows_app import dispatch
+from workflows_app import dispatch, outages
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import recovery, reports, timers
 from workflows_app.models import Operation
@@ -42,27 +45,71 @@ TICK_SECONDS = 0.5
 
 
 def on_start():
-    """Everything a starting manager does before it takes messages."""
+    """Everything a starting manager does before it takes messages (the database may be down
+    for a while: it waits for it, DATABASE_OUTAGE_TOLERANCE at most)."""
     try:
         recovery.broker_watch.check(every=0)  # the broker as it is now: a later restart of it is noticed
-        killed = kill_orphaned_operations()
-        if killed:
-            logger.warning("killed %d operation process group(s) an earlier manager on this host left: %s", len(killed), killed)
-        started = list(Operation.objects.filter(state=OperationState.STARTED, execution__status__in=EXECUTION_RUNNING))
-        lost = reconcile_started(started, ask_workers()) if started else 0
+    except Exception:  # the broker is not up yet: the tick looks again
+        logger.exception("could not reach the broker")
+    killed = kill_orphaned_operations()
+    if killed:
+        logger.warning("killed %d operation process group(s) an earlier manager on this host left: %s", len(killed), killed)
+    outages.ride_out("carrying on after a start", carry_on)
+
+
+def carry_on():
+    """Reconcile started operations with the workers, send again what was in flight, advance
+    every active execution."""
+    started = list(Operation.objects.filter(state=OperationState.STARTED, execution__status__in=EXECUTION_RUNNING))
+    try:
+        answers = ask_workers() if started else {}
     except Exception:  # the broker is not up yet: heartbeats and the tick reconcile later
         logger.exception("could not ask the workers what they run; started operations are left to their heartbeats")
-        lost = 0
+        started = []
+    lost = reconcile_started(started, answers) if started else 0
     resent = recovery.resend_in_flight()
     executions = recovery.carry_on_executions()
     logger.info("carried on %d execution(s); %d operation message(s) sent again; %d started operation(s) lost",
                 executions, resent, lost)
 
 
-def tick(now=None):
-    now = now or timezone.now()
-    timers.tick(now)
-    fail_operations_of_offline_agents(now)
+class Tick:
+    """A manager's tick. The first pass after one that failed because the database was
+    unreachable is the first since it came back; from then on:
+
+    * the offline sweep waits AGENT_OFFLINE_AFTER_SECONDS, since no agent could heart-beat
+      while the database was down, and their silence then says nothing about them;
+    * after two heartbeat periods, when the agents have beaten again, it carries on as a
+      starting manager does (:func:`carry_on`): an attempt whose report its agent gave up on
+      after DATABASE_OUTAGE_TOLERANCE is no longer running anywhere, so it is lost (retryable).
+    """
+
+    def __init__(self):
+        self.database_back_at = None
+        self.carried_on = True
+        self._database_was_down = False
+
+    def __call__(self, now=None):
+        if self._database_was_down:
+            self.database_back_at, self.carried_on = time.monotonic(), False
+        try:
+            self._pass(now or timezone.now())
+        except Exception as exc:
+            self._database_was_down = outages.is_outage(exc)
+            raise
+        if self._database_was_down:
+            self._database_was_down = False
+            logger.warning("the database is back: agents are judged offline again in %ss, and what they run is "
+                           "reconciled once they have heart-beaten", workflows_settings.AGENT_OFFLINE_AFTER_SECONDS)
+
+    def _pass(self, now):
+        timers.tick(now)
+        since_back = None if self.database_back_at is None else time.monotonic() - self.database_back_at
+        if not self.carried_on and since_back >= 2 * workflows_settings.AGENT_HEARTBEAT_SECONDS:
+            self.carried_on = True
+            carry_on()
+        if since_back is None or since_back >= workflows_settings.AGENT_OFFLINE_AFTER_SECONDS:
+            fail_operations_of_offline_agents(now)
 
 
 def ask_workers(timeout=REPLY_SECONDS) -> dict:

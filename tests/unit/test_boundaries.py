@@ -14,7 +14,8 @@ APPS = ("workflows_app", "agents")
 
 #: Layers, lowest first; a module belongs to the layer of its longest matching prefix.
 LAYERS = [
-    ("base", ["workflows_app.states", "workflows_app.errors", "workflows_app.conf", "workflows_app.embedded_redis"]),
+    ("base", ["workflows_app.states", "workflows_app.errors", "workflows_app.conf", "workflows_app.embedded_redis",
+              "workflows_app.outages"]),
     ("models", ["workflows_app.models", "workflows_app.db", "workflows_app.registry", "agents.models",
                 "workflows_app.migrations", "agents.migrations"]),
     ("transitions", ["workflows_app.transitions", "workflows_app.signals"]),

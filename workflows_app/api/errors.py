@@ -19,6 +19,8 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from workflows_app import outages
+
 logger = logging.getLogger(__name__)
 
 INVALID_PARAMETERS = "invalid_parameters"
@@ -80,6 +82,18 @@ class BrokerUnavailable(exceptions.APIException):
     default_code = "broker_unavailable"
 
 
+class DatabaseUnavailable(exceptions.APIException):
+    """The database did not answer (a restart, a fail-over): nothing was changed; try again."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "the database is unavailable: nothing was changed, try again shortly"
+    default_code = "database_unavailable"
+
+
+#: Seconds a client is asked to wait (``Retry-After``) when the database or the broker is down.
+RETRY_AFTER_SECONDS = 5
+
+
 def exception_handler(exc, context):
     """DRF's handler, with every error answered as ``{"error_code", "message"}``.
 
@@ -93,6 +107,9 @@ def exception_handler(exc, context):
     elif isinstance(exc, BrokerError):
         logger.warning("the broker did not answer: %s", exc)
         exc = BrokerUnavailable(f"the message broker did not answer: {exc}")
+    elif outages.is_outage(exc):
+        logger.warning("the database did not answer: %s", exc)
+        exc = DatabaseUnavailable()
 
     response = drf_exception_handler(exc, context)
     if response is None:
@@ -101,6 +118,8 @@ def exception_handler(exc, context):
         return Response({"error_code": "internal_error", "message": "internal error: see the server log"},
                         status=status.HTTP_500_INTERNAL_SERVER_ERROR)
     response.data = {"error_code": error_code(exc), "message": summarize(exc.detail)}
+    if response.status_code == status.HTTP_503_SERVICE_UNAVAILABLE:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
 
 

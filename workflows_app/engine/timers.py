@@ -1,6 +1,6 @@
 """The engine's tick: the safety net for every stored deadline and every lost message. A manager
 runs it every half second, with the agents' own check for offline agents
-(``agents.worker.manager.tick``).
+(``agents.worker.manager.Tick``).
 
 Each pass is idempotent (every change is a compare-and-set), so any number of managers may
 tick at once.

@@ -25,6 +25,6 @@ class Command(BaseCommand):
         # Any manager carries on every execution: nothing belongs to one process (SPEC §9).
         manager.on_start()
         incarnation = begin(queue, register=False)
-        ticker = Ticker(manager.tick, manager.TICK_SECONDS)
+        ticker = Ticker(manager.Tick(), manager.TICK_SECONDS)
         run_worker(f"manager {incarnation[:8]}", queue=queue, hostname=f"manager-{uuid.uuid4().hex[:8]}@{socket.gethostname()}",
                    concurrency=concurrency, loglevel=loglevel, threads=[ticker], stop_first=[ticker])
