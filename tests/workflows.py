@@ -380,6 +380,21 @@ def restart_mix(ctx, agents, seconds=6.0, chain=8, manager_seconds=None, step_se
     return g.run()
 
 
+@workflow(name="it_outage")
+def outage(ctx, agent, prefix, seconds=3.0, wide=2):
+    """Work of each kind in flight when the database goes away (tests/integration/test_db_outage.py):
+    ``wide`` steps sleeping ``seconds`` on ``agent`` and one on a manager (no agent), tagged
+    ``<prefix>:<name>``; once all of them are done, an imperative step on ``agent`` that returns
+    how many there were."""
+    g = ctx.graph()
+    for i in range(wide):
+        g.add(f"a{i}", step, f"{prefix}:a{i}", sleep=seconds, agent=agent, max_retries=3)
+    g.add("m", step, f"{prefix}:m", sleep=seconds, max_retries=3)
+    results = g.run()
+    after = ctx.await_execute("after", step, f"{prefix}:after", value=len(results), agent=agent, max_retries=3)
+    ctx.set_payload({"results": sorted(results.values()), "after": after})
+
+
 # --- waits: events, timers, cancelling a step (SPEC §6; tests/test_context_waits.py) ----------
 
 

@@ -12,6 +12,7 @@ from tests.integration.harness import (
     assert_operation_events_consistent,
     ensure_broker,
 )
+from tests.integration.postgres import PostgresCluster
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -36,6 +37,19 @@ def engine_settings(suffix) -> dict:
         "RETRY_INTERVAL": 0.2,
         "KILL_GRACE_SECONDS": 2,
     }
+
+
+@pytest.fixture
+def own_postgres(transactional_db):
+    """A PostgreSQL cluster of the test's own (tests/integration/postgres.py), serving the test
+    process' default connection — and so the processes of a ``stack`` requested after it — from
+    a migrated database of its own, so that the test may stop and restart it."""
+    cluster = PostgresCluster.create()
+    try:
+        with cluster.serving_django("switchyard"):
+            yield cluster
+    finally:
+        cluster.destroy()
 
 
 @pytest.fixture

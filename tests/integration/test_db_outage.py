@@ -1,0 +1,135 @@
+"""A database outage is ridden out (SPEC §9, issue 18): PostgreSQL — a cluster of the test's own
+— is stopped while operations run on agents and on a manager, while dispatchers advance, while
+an execution is being cancelled, and while clients start and cancel executions through the API.
+
+* an operation that finishes while the database is down keeps its result and reports it once
+  the database is back: nothing that finished runs again, every step runs on attempt 1;
+* the agents take no new message meanwhile: what waits for them stays in the broker;
+* the API answers 503 ``database_unavailable`` (with ``Retry-After``), not a 500 or a hang;
+* the managers and agents live on, say once that the database went away and once that it came
+  back, and recover their connections on their own;
+* past ``DATABASE_OUTAGE_TOLERANCE`` the agent gives up the report, loudly, and the attempt is
+  lost — a retryable failure — so the step runs again, on attempt 2.
+"""
+
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from rest_framework.test import APIClient
+
+from tests.integration.harness import describe_execution
+from workflows_app import dispatch, services
+from workflows_app.models import Event, Execution, Operation
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(240)]
+
+API = "/api/v1"
+
+
+def up(stack, concurrency=2):
+    stack.start_manager()
+    agent = stack.agent_name("db")
+    stack.start_agent(agent, concurrency=concurrency)
+    stack.wait_for_agent(agent)
+    return agent
+
+
+def api_client():
+    user = get_user_model().objects.create_user("ops")
+    client = APIClient()
+    client.force_authenticate(user)  # no database needed to authenticate while it is down
+    return client
+
+
+def assert_database_unavailable(response):
+    assert response.status_code == 503, (response.status_code, response.content)
+    assert response.json()["error_code"] == "database_unavailable", response.json()
+    assert response["Retry-After"] == "5"
+
+
+def wait_until_started(stack, tags, timeout=60):
+    stack.wait_for(lambda: all(stack.invocations(tag) for tag in tags), timeout, f"{tags} to start")
+
+
+def back(cluster):
+    """Start the cluster again, and give the test process a new connection."""
+    cluster.start()
+    connection.close()
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_a_database_restart_while_work_is_in_flight_loses_no_result_and_runs_nothing_twice(own_postgres, stack, mode):
+    agent = up(stack)
+    client = api_client()
+    # Three executions: six 3 s steps for an agent that runs two at a time (four wait in its
+    # queue), three on the manager; one execution whose step runs until it sees a cancel.
+    stoppable = services.start("it_stoppable", {"agent": agent, "seconds": 60.0})
+    wait_until_started(stack, ["running"])
+    executions = [services.start("it_outage", {"agent": agent, "prefix": f"e{i}", "seconds": 3.0}) for i in range(3)]
+    wait_until_started(stack, ["e0:m", "e1:m", "e2:m"])
+    stack.wait_for(lambda: Operation.objects.filter(execution__in=executions, agent=agent, state="started").count() == 1,
+                   30, "the agent to run one sleeping step beside the stoppable one")
+    services.cancel(stoppable.pk)  # the cancel is stored; the running step sees it after the outage
+
+    own_postgres.stop(mode)
+    down_at = time.monotonic()
+    waiting = dispatch.waiting_messages(agent)
+    assert waiting >= 3
+    assert_database_unavailable(client.post(f"{API}/executions", {"workflow_id": "it_outage",
+                                                                   "parameters": {"agent": agent, "prefix": "new"}}, format="json"))
+    assert_database_unavailable(client.post(f"{API}/executions/{executions[0].pk}", {"action": "cancel"}, format="json"))
+    assert_database_unavailable(client.get(f"{API}/executions/{executions[0].pk}"))
+    # The steps running now finish while the database is down; what waits for the agent stays
+    # in the broker (it claims nothing until the database answers).
+    while time.monotonic() - down_at < 6:
+        assert dispatch.waiting_messages(agent) == waiting
+        time.sleep(0.5)
+    back(own_postgres)
+
+    for i, execution in enumerate(executions):
+        done = stack.wait_for_status(execution.pk, "completed", timeout=120)
+        assert done.payload == {"results": [f"e{i}:a0", f"e{i}:a1", f"e{i}:m"], "after": 3}, describe_execution(execution.pk)
+    stack.wait_for_status(stoppable.pk, "cancelled", timeout=60)
+    assert stack.invocations("running-saw-cancel"), describe_execution(stoppable.pk)  # once the database was back
+
+    for prefix in ("e0", "e1", "e2"):
+        for name in ("a0", "a1", "m", "after"):
+            runs = stack.invocations(f"{prefix}:{name}")
+            assert [run["attempt"] for run in runs] == [1], f"{prefix}:{name} ran {runs}"
+    assert set(Operation.objects.filter(execution__in=executions).values_list("attempt", flat=True)) == {1}
+
+    stack.check_processes()  # nothing died, nothing crash-looped
+    for proc in stack.processes:
+        log = proc.log_text()
+        assert "database unavailable" in log and "database back after" in log, f"{proc.name} said nothing of it:\n{proc.log_tail(80)}"
+        assert "gave up" not in log
+
+    # The API works again, on new connections.
+    response = client.post(f"{API}/executions", {"workflow_id": "it_outage", "parameters": {"agent": agent, "prefix": "new"}},
+                           format="json")
+    assert response.status_code == 201, response.content
+    stack.wait_for_status(response.json()["id"], "completed", timeout=60)
+
+
+def test_an_outage_longer_than_the_tolerance_is_logged_loudly_and_its_attempt_is_lost_and_retried(own_postgres, stack):
+    stack.configure(DATABASE_OUTAGE_TOLERANCE=3)
+    agent = up(stack, concurrency=1)
+    execution = services.start("it_single", {"agent": agent, "tag": "long", "seconds": 2.0})
+    wait_until_started(stack, ["long"])
+    own_postgres.stop("fast")
+    time.sleep(9)  # the step ends 2 s in; its report waits 3 s, then is given up
+    back(own_postgres)
+
+    done = stack.wait_for_status(execution.pk, "completed", timeout=90)
+    assert done.payload == {"result": "long"}
+    assert [run["attempt"] for run in stack.invocations("long")] == [1, 2]
+    operation = Operation.objects.get(execution=execution, name="long")
+    assert operation.attempt == 2
+    rescheduled = Event.objects.filter(execution_id=execution.pk, operation="long", type="task_rescheduled").get()
+    assert "lost" in rescheduled.message, rescheduled.message
+    agent_log = next(p for p in stack.processes if p.name == agent).log_text()
+    assert "CRITICAL" in agent_log and "gave up" in agent_log, agent_log[-3000:]
+    stack.check_processes()
+    assert Execution.objects.get(pk=execution.pk).status == "completed"
