@@ -18,10 +18,11 @@ from agents.models import Agent
 from agents.worker import manager
 from agents.worker.lifecycle import Ticker
 from workflows_app import dispatch, outages
-from workflows_app.engine import timers
+from workflows_app.engine import dispatcher, timers
+from workflows_app.engine.context import WorkflowContext
 from workflows_app.errors import DatabaseUnavailable
-from workflows_app.models import Operation
-from workflows_app.states import OperationState
+from workflows_app.models import Execution, Operation
+from workflows_app.states import ExecutionStatus, OperationState
 
 
 def django_error(cls, cause):
@@ -169,3 +170,18 @@ def test_after_an_outage_an_attempt_no_worker_runs_any_more_is_lost(silent_agent
     operation = Operation.objects.get(pk=silent_agent.pk)
     assert operation.state == OperationState.RESCHEDULED
     assert operation.error["type"] == "WorkerLost" and "lost during restart" in operation.error["message"]
+
+
+@pytest.mark.django_db
+def test_an_outage_under_workflow_code_is_no_failure_of_the_code(make_execution, monkeypatch, outbox):
+    """The database goes away while the dispatcher replays the function: the pass is run again
+    (ride_out), not concluded as if the code had raised."""
+    execution = make_execution(workflow_id="it_outage", parameters={"agent": "h1", "prefix": "p"}, token_hash="a" * 64)
+
+    def unreachable(*args, **kwargs):
+        raise REFUSED
+
+    monkeypatch.setattr(WorkflowContext, "graph", unreachable)
+    with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"]), pytest.raises(OperationalError):
+        dispatcher.advance(execution.pk)
+    assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.STARTED

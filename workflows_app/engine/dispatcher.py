@@ -12,6 +12,7 @@ import traceback
 from django.db import transaction
 from django.utils import timezone
 
+from workflows_app import outages
 from workflows_app.engine import failures, policy, stopping
 from workflows_app.engine.context import WorkflowCancelled, WorkflowContext, WorkflowFailed
 from workflows_app.engine.handles import Suspend
@@ -67,6 +68,8 @@ def _run(execution):
     except Suspend as exc:
         raised = exc
     except Exception as exc:
+        if outages.is_outage(exc):
+            raise  # the database went away under the code, which did nothing wrong: the pass runs again
         raised, trace = exc, traceback.format_exc()
     _conclude(execution, ctx, raised, trace, retries)
 
