@@ -160,6 +160,12 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or embedded_redis.url(VA
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://", "redis+socket://")) else None
 )
+# The type of the queues Celery declares on RabbitMQ (the management queue, each agent's, the
+# default one): "classic", or "quorum", RabbitMQ's replicated queues. Celery's own settings; a
+# queue keeps the type it was declared with (README, "RabbitMQ").
+CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = CELERY_TASK_DEFAULT_QUEUE_TYPE = os.environ.get("CELERY_QUEUE_TYPE") or "classic"
+if CELERY_TASK_CREATE_MISSING_QUEUE_TYPE not in ("classic", "quorum"):
+    raise ImproperlyConfigured(f"CELERY_QUEUE_TYPE must be classic or quorum, not {CELERY_TASK_CREATE_MISSING_QUEUE_TYPE!r}")
 
 # Durability (acknowledged late, given back when a worker dies, one message at a time, runs on
 # when the broker connection drops) is carried by Switchyard's tasks and workers themselves, as

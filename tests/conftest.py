@@ -7,6 +7,8 @@ it fails instead, so a CI that lost its database cannot pass by skipping.
 
 import os
 
+import kombu
+import kombu.exceptions
 import pytest
 from django.db import connection
 
@@ -29,6 +31,14 @@ def pytest_sessionstart(session):
         if not settings.CELERY_BROKER_URL.startswith("redis://"):
             raise pytest.UsageError("SWITCHYARD_REQUIRE names redis, but CELERY_BROKER_URL is not redis://")
         redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=5).ping()
+    if "rabbitmq" in REQUIRED:
+        if not settings.CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+            raise pytest.UsageError("SWITCHYARD_REQUIRE names rabbitmq, but CELERY_BROKER_URL is not amqp://")
+        try:
+            with kombu.Connection(settings.CELERY_BROKER_URL, connect_timeout=5) as broker:
+                broker.ensure_connection(max_retries=1)
+        except kombu.exceptions.OperationalError as exc:
+            raise pytest.UsageError(f"SWITCHYARD_REQUIRE names rabbitmq, but CELERY_BROKER_URL does not answer: {exc}") from exc
 
 
 def pytest_runtest_setup(item):

@@ -29,6 +29,12 @@ def prepare(app):
 
     An operation running when the broker connection drops runs on: its result goes to the
     database, not the broker, and what the broker lost is sent again from the database (SPEC §9).
+    A channel the broker closes is a connection lost too, not the end of the worker: RabbitMQ
+    closes the channel of a consumer that holds a message unacknowledged longer than its
+    ``consumer_timeout`` (30 minutes by default), which every operation that runs longer does, as
+    messages are acknowledged late. Left to Celery, that channel error ends the worker once the
+    operation is over; here the worker reconnects, the operation runs on and reports to the
+    database, and fencing drops the message RabbitMQ delivers again.
 
     Celery's Django fix-up closes the database connection before and after every task unless
     ``CELERY_DB_REUSE_MAX`` is set, and a new PostgreSQL connection (a backend process and its
@@ -38,6 +44,7 @@ def prepare(app):
     :func:`_drop_failed_connections`."""
     app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
     app.conf.broker_connection_retry_on_startup = True
+    app.conf.broker_channel_error_retry = True
     app.conf["CELERY_DB_REUSE_MAX"] = 2**31
 
 

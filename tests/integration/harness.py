@@ -222,10 +222,10 @@ class Stack:
         return dict(self._env)
 
     def use_broker(self, url):
-        """Point the processes started from now on at the broker ``url`` (its Redis is the
-        result backend too)."""
+        """Point the processes started from now on at the broker ``url`` (a Redis is the result
+        backend too; RabbitMQ has none)."""
         self._env["CELERY_BROKER_URL"] = url
-        self._env["CELERY_RESULT_BACKEND"] = url
+        self._env["CELERY_RESULT_BACKEND"] = url if url.startswith(("redis://", "rediss://", "redis+socket://")) else ""
 
     def configure(self, **workflows):
         """Override keys of WORKFLOWS for the processes started from now on."""
