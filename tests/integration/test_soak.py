@@ -32,6 +32,7 @@ import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import kombu.pools
 import psutil
 import pytest
 from django.db import connection
@@ -531,8 +532,9 @@ def publishing_to(url):
             os.environ.pop("CELERY_BROKER_URL", None)
         else:
             os.environ["CELERY_BROKER_URL"] = broker
-        if app._pool is not None:
-            app._pool.force_close_all()
+        # kombu's pools are shared, keyed by broker URL: closing the app's own would hand every
+        # later test a closed pool. Drop them all; each is opened again on demand.
+        kombu.pools.reset()
         app._pool = None
         app.amqp._producer_pool = None
 
