@@ -21,7 +21,7 @@ themselves (``tests/soak_workflows.py``), which the engine never reads:
 * no process of any operation is left running, commands they started included.
 
 It prints the counts (executions, operations, invocations, kills, restarts, re-runs and why);
-run pytest with ``-s`` to see them. They are in the failure message too.
+they are printed past pytest's capture, so CI's output shows them, and are in the failure message too.
 """
 
 import contextlib
@@ -582,7 +582,7 @@ def soak(request, tmp_path, own_postgres, monkeypatch):
 # --- the soak -------------------------------------------------------------------------------------
 
 @pytest.mark.timeout(480)
-def test_soak_with_chaos(soak):
+def test_soak_with_chaos(soak, capsys):
     chaos = soak
     chaos.start()
     plan = make_plan(chaos.rng, chaos.agents)
@@ -605,7 +605,8 @@ def test_soak_with_chaos(soak):
                                                          for name, code, log in chaos.unexpected_exits],
     }
     summary = report(plan, chaos, counts, timings)
-    print("\n" + summary)
+    with capsys.disabled():  # the counts belong in CI's output, whether the test passes or not
+        print("\n" + summary)
     failed = {what: found for what, found in problems.items() if found}
     assert not failed, summary + "".join(f"\n\n{what} ({len(found)}):\n  " + "\n  ".join(found[:25])
                                          for what, found in failed.items())
