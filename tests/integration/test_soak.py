@@ -20,8 +20,8 @@ themselves (``tests/soak_workflows.py``), which the engine never reads:
   (``assert_operation_events_consistent``);
 * no process of any operation is left running, commands they started included.
 
-It prints the counts (executions, operations, invocations, kills, restarts, re-runs and why);
-they are printed past pytest's capture, so CI's output shows them, and are in the failure message too.
+It prints the counts (executions, operations, invocations, kills, restarts, re-runs and why) past
+pytest's capture, so that CI's output shows them; they are in the failure message too.
 """
 
 import contextlib
