@@ -24,6 +24,7 @@ processes lead process groups of their own), so no test leaves a process behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+import kombu
 import psutil
 from django.conf import settings
 from django.db import connection
@@ -335,8 +337,32 @@ class Stack:
         for proc in self.processes:
             self._finish(proc)
         _kill_all(self._strays)
+        self._delete_durable_queues()
         if failed:
             print(self.report_logs(), file=out or sys.stdout)
+
+    def _delete_durable_queues(self):
+        """On RabbitMQ the test's queues (its management queue, its agents') are durable and
+        outlive it, unlike a Redis list, which goes away once empty: delete them, so that runs
+        of the suite do not pile them up on the machine's broker."""
+        url = self._env["CELERY_BROKER_URL"]
+        if not url.startswith(("amqp://", "amqps://", "pyamqp://")):
+            return
+        names = {self.management_queue} | {p.argv[p.argv.index("run_agent") + 1] for p in self.processes
+                                           if "run_agent" in p.argv}
+        try:
+            with kombu.Connection(url, connect_timeout=5) as broker:
+                for name in sorted(names):
+                    channel = broker.channel()  # one each: a queue that is not there closes its channel
+                    try:
+                        channel.queue_delete(name)
+                    except Exception:
+                        pass
+                    finally:
+                        with contextlib.suppress(Exception):
+                            channel.close()
+        except Exception as exc:  # the broker is gone (a test stopped it): nothing to clean
+            print(f"could not delete the test's queues on {url}: {exc}", file=sys.stderr)
 
     def report_logs(self) -> str:
         parts = []
