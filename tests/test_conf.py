@@ -96,3 +96,33 @@ def test_an_unknown_key_in_the_environment_stops_manage_py():
     done = run_manage("check", SWITCHYARD_WORKFLOWS='{"NOPE": 1}')
     assert done.returncode != 0
     assert "workflows.E001" in done.stderr
+
+
+def demo_settings(**environ):
+    """What the demo project's settings say under ``environ`` (a separate process: they are
+    read once, at import)."""
+    env = {**os.environ, **environ, "DJANGO_SETTINGS_MODULE": "switchyard.settings"}
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings as s; "
+                               "print(s.CELERY_TASK_CREATE_MISSING_QUEUE_TYPE, s.CELERY_TASK_DEFAULT_QUEUE_TYPE, "
+                               "s.DATABASES['default'].get('OPTIONS', {}).get('connect_timeout'))"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("value, expected", [("", "classic classic"), ("quorum", "quorum quorum"), ("classic", "classic classic")])
+def test_the_queue_type_comes_from_the_environment(value, expected):
+    done = demo_settings(CELERY_QUEUE_TYPE=value)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == expected.split()
+
+
+def test_a_bad_queue_type_is_refused():
+    done = demo_settings(CELERY_QUEUE_TYPE="mirrored")
+    assert done.returncode != 0
+    assert "CELERY_QUEUE_TYPE must be classic or quorum, not 'mirrored'" in done.stderr
+
+
+def test_postgresql_connections_give_up_connecting_after_five_seconds():
+    done = demo_settings(DATABASE_URL="postgres://postgres@127.0.0.1:5432/unused")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[2] == "5"
