@@ -1,28 +1,55 @@
-"""Suspended scale (issue 7, case 5): K executions waiting for an event at once, and waking them.
+"""Executions waiting on an event (issue 7, case 5; issue 19, target 2): their memory, and how
+fast they wake when few or many wait.
 
-Switchyard: the memory of the manager and agent process trees (RSS of each process and of its
-children, the Celery pool processes) before and after K executions of ``bench_wait_event`` are
-suspended on ``ctx.await_event("go")`` — a waiting execution is rows, no thread or process, so
-the difference per execution can be ~0 or even negative (reported as measured). Then the event
-is delivered to all K, through ``services.send_event`` (what ``POST /executions/{id}/events``
-calls), one after another, and the time until all K are ``completed`` is the wake time.
+1. ``started`` executions of ``bench_wait_event`` are started through ``services.start`` and
+   suspend on ``ctx.await_event("go")``; the time until all wait is taken, and the RSS of the
+   manager and agent process trees (each process and its Celery pool processes) before and
+   after: (after − before) / ``started`` is the memory a waiting execution holds in them (a
+   waiting execution is rows, no thread or process: it can be about 0, even negative).
+2. For each size W of ``waiting``, smallest first, the executions waiting in total are made W
+   by cloning one of them in bulk (:func:`clone_waiting`: the rows the engine wrote for it, new
+   ids and token), the tables are analysed, and ``deliveries`` of them (all W when fewer), taken
+   at random, get their event one after another through ``services.send_event`` (what ``POST
+   /executions/{id}/events`` calls); the time until all of them are ``completed`` gives the
+   wake rate. The database bytes per waiting execution (its rows and their index entries) and
+   the tick's pass with W waiting (in this process, the sweep for lost wake-ups included) are
+   measured too.
 
 Plain Celery has no durable wait: a task that waits for an event holds a worker slot — a pool
-process — for as long as it waits. Its column is that cost: the RSS of one idle pool process of
-the agent times K ("a task blocked in a worker per waiting run"). Nothing is run for it.
+process — for as long as it waits. Its memory column is that cost: the RSS of one idle pool
+process of the agent per waiting run (nothing is run for it). Its wake column, when a result
+backend and the agent's queue are given, is the rate of as many no-op tasks sent one after
+another and run on the agent: what a message per wake-up costs without durability.
 """
 
+import random
 import statistics
 import time
 import uuid
 
 import psutil
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
+
+from bench.workflows import CELERY_NOOP
+from workflows_app import services
+from workflows_app.engine import timers
+from workflows_app.models import Event, Execution, Wait
+from workflows_app.models.execution import hash_token, new_token
+from switchyard.celery import app
+from workflows_app.states import EventType, ExecutionStatus
 
 POLL = 0.05
 TIMEOUT = 1800.0
 #: Starts per transaction: their advances are sent when it commits.
 BATCH = 500
+#: Ids per query when the woken executions are checked.
+CHUNK = 1000
+DEFAULT_WAITING = (1_000, 100_000)
+DEFAULT_DELIVERIES = 10_000
+DEFAULT_STARTED = 1_000
+#: Tick passes timed at each size (their median is reported).
+TICK_PASSES = 5
 
 
 def tree_rss(pid) -> int:
@@ -61,17 +88,136 @@ def _wait_until(count, what, timeout=TIMEOUT):
     return time.monotonic() - began
 
 
-def run(stack, processes, k):
-    """Measure the case for ``k`` waiting executions; ``processes``: the manager's and the agent's
-    ``StackProcess``. Returns the rows of :func:`report`."""
-    from workflows_app import services
-    from workflows_app.models import Execution, Wait
-    from workflows_app.states import ExecutionStatus, WaitOutcome
+def clone_waiting(template_id, count) -> list:
+    """``count`` copies of the waiting execution ``template_id``, in one transaction of four
+    statements; their ids.
 
+    Each copy is the rows the engine wrote for the template — its execution row (``started``),
+    its stored waits and its events — column for column, but for the copy's own id, its own
+    token (the hash of a new random token, as ``renew_token`` stores) and the new ids of its
+    wait and event rows. Timestamps are the template's. Nothing is sent: the copies wait as the
+    template does, until an event's advance or the tick moves them."""
+    q = connection.ops.quote_name
+    execution, wait, event = Execution._meta, Wait._meta, Event._meta
+    columns = {model: [f.column for f in model._meta.concrete_fields if f.column not in ("id", "execution_id", "token_hash")]
+               for model in (Execution, Wait, Event)}
+    template = execution.pk.get_db_prep_value(template_id, connection)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMPORARY TABLE bench_clone AS SELECT {q('id')}, {q('token_hash')} "
+                       f"FROM {q(execution.db_table)} WHERE 1 = 0")
+        if connection.vendor == "postgresql":
+            cursor.execute("INSERT INTO bench_clone SELECT gen_random_uuid(), "
+                           "encode(sha256(gen_random_uuid()::text::bytea), 'hex') FROM generate_series(1, %s)", [count])
+        else:
+            rows = [(execution.pk.get_db_prep_value(uuid.uuid4(), connection), hash_token(new_token()))
+                    for _ in range(count)]
+            cursor.executemany("INSERT INTO bench_clone VALUES (%s, %s)", rows)
+        cols = columns[Execution]
+        cursor.execute(f"INSERT INTO {q(execution.db_table)} (id, token_hash, {', '.join(map(q, cols))}) "
+                       f"SELECT c.id, c.token_hash, {', '.join('t.' + q(c) for c in cols)} "
+                       f"FROM bench_clone c, {q(execution.db_table)} t WHERE t.id = %s", [template])
+        for model, meta in ((Wait, wait), (Event, event)):
+            cols = columns[model]
+            cursor.execute(f"INSERT INTO {q(meta.db_table)} (execution_id, {', '.join(map(q, cols))}) "
+                           f"SELECT c.id, {', '.join('t.' + q(c) for c in cols)} "
+                           f"FROM bench_clone c, {q(meta.db_table)} t WHERE t.execution_id = %s ORDER BY c.id, t.id",
+                           [template])
+        cursor.execute("SELECT id FROM bench_clone")
+        ids = [execution.pk.to_python(row[0]) for row in cursor.fetchall()]
+        cursor.execute("DROP TABLE bench_clone")
+    return ids
+
+
+def database_bytes():
+    """The size of the execution, wait and event tables with their indexes (PostgreSQL; else None)."""
+    if connection.vendor != "postgresql":
+        return None
+    tables = [model._meta.db_table for model in (Execution, Wait, Event)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sum(pg_total_relation_size(t::regclass)) FROM unnest(%s::text[]) AS t", [tables])
+        return int(cursor.fetchone()[0])
+
+
+def analyse():
+    """What autovacuum would do, later, to the tables a bulk clone filled: fresh planner
+    statistics and, on PostgreSQL, the new rows marked visible (index-only scans need not read
+    them)."""
+    command = "VACUUM ANALYZE" if connection.vendor == "postgresql" else "ANALYZE"
+    with connection.cursor() as cursor:
+        for model in (Execution, Wait, Event):
+            cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
+
+
+def tick_pass_ms():
+    """The engine's tick in this process, in milliseconds: the median of TICK_PASSES passes as
+    most are, and of as many with the sweep for lost wake-ups (one pass in SWEEP_EVERY_SECONDS)."""
+    plain, sweep = [], []
+    for _ in range(TICK_PASSES):
+        for passes in (sweep, plain):
+            timers._last_sweep = None if passes is sweep else timezone.now()
+            began = time.monotonic()
+            timers.tick()
+            passes.append((time.monotonic() - began) * 1000)
+    return statistics.median(plain), statistics.median(sweep)
+
+
+def _waiting(tag):
+    """How many executions of the run ``tag`` (started through the engine) wait on their wait."""
+    return Wait.objects.filter(execution__workflow_id="bench_wait_event", execution__parameters__run=tag,
+                               execution__status=ExecutionStatus.STARTED).count()
+
+
+def _completed_since(mark):
+    """Executions completed since the event ``mark`` (on the index of events by type and id)."""
+    return Event.objects.filter(id__gt=mark, type=EventType.WORKFLOW_COMPLETED).count()
+
+
+def _last_event_id():
+    return Event.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def _wake(targets):
+    """Deliver ``go`` to each of ``targets``, one after another; (seconds until all completed,
+    seconds of the delivery alone)."""
+    mark = _last_event_id()
+    began = time.monotonic()
+    for i, execution_id in enumerate(targets):
+        services.send_event(execution_id, "go", {"i": i})
+    delivered = time.monotonic() - began
+    _wait_until(lambda: _completed_since(mark) >= len(targets), f"{len(targets)} executions woken and completed")
+    seconds = time.monotonic() - began
+    for first in range(0, len(targets), CHUNK):
+        chunk = Execution.objects.filter(pk__in=targets[first:first + CHUNK])
+        if chunk.filter(status=ExecutionStatus.COMPLETED, payload__go__has_key="i").count() != len(targets[first:first + CHUNK]):
+            raise RuntimeError("benchmark: a woken execution did not complete with its event's payload")
+    return seconds, delivered
+
+
+def _celery_rate(agent, count):
+    """``count`` no-op tasks sent one after another to ``agent``'s queue, per second until all
+    their results are in; None without a result backend."""
+    if not app.conf.result_backend:
+        return None
+    began = time.monotonic()
+    results = [app.send_task(CELERY_NOOP, args=[i], queue=agent) for i in range(count)]
+    for result in results:
+        result.get(timeout=TIMEOUT, interval=POLL)
+        result.forget()
+    return count / (time.monotonic() - began)
+
+
+def run(stack, processes, waiting=DEFAULT_WAITING, *, deliveries=DEFAULT_DELIVERIES, started=DEFAULT_STARTED,
+        agent=None):
+    """Measure the case; ``processes``: the manager's and the agent's ``StackProcess``;
+    ``waiting``: the sizes (one number: one size); ``agent``: the agent's queue, for the Celery
+    column of the wake rates. ``started`` of the waiting executions (at most the fewest) are
+    started through the engine, the others are their clones. Returns the rows of :func:`report`."""
     tag = uuid.uuid4().hex[:8]
-    mine = Execution.objects.filter(workflow_id="bench_wait_event", parameters__run=tag)
     pids = [p.pid for p in processes]
-    agent_pid = processes[-1].pid
+    waiting = sorted([waiting] if isinstance(waiting, int) else waiting)
+    started = min(started, waiting[0])
+    if started < 1 or deliveries < 1:
+        raise ValueError("benchmark: at least one execution waiting, one started and one delivery")
 
     # Warm up (imports, connections, pool processes) with one execution, untimed.
     warm = services.start("bench_wait_event", {"run": f"{tag}-warm"})
@@ -81,40 +227,68 @@ def run(stack, processes, k):
 
     before = sum(tree_rss(pid) for pid in pids)
     began = time.monotonic()
-    ids = []
-    for first in range(0, k, BATCH):
+    pool = []
+    for first in range(0, started, BATCH):
         with transaction.atomic():
-            ids += [services.start("bench_wait_event", {"run": tag}).pk for _ in range(first, min(k, first + BATCH))]
-    waiting = Wait.objects.filter(execution__in=mine, outcome=WaitOutcome.WAITING)
-    _wait_until(lambda: waiting.count() == k and mine.filter(status=ExecutionStatus.STARTED).count() == k,
-                f"{k} executions suspended on their wait")
+            pool += [services.start("bench_wait_event", {"run": tag}).pk for _ in range(first, min(started, first + BATCH))]
+    _wait_until(lambda: _waiting(tag) == started, f"{started} executions suspended on their wait")
     suspend_seconds = time.monotonic() - began
     time.sleep(1.0)  # let the workers settle after the burst
     after = sum(tree_rss(pid) for pid in pids)
-    per_pool_process = pool_process_rss(agent_pid)
-
-    began = time.monotonic()
-    for i, execution_id in enumerate(ids):
-        services.send_event(execution_id, "go", {"i": i})
-    delivered = time.monotonic() - began
-    _wait_until(lambda: mine.filter(status=ExecutionStatus.COMPLETED).count() == k, f"{k} executions woken and completed")
-    wake_seconds = time.monotonic() - began
-    wrong = mine.exclude(payload__go__has_key="i").count()
-    if wrong:
-        raise RuntimeError(f"benchmark: {wrong} woken executions do not carry their event's payload")
+    per_pool_process = pool_process_rss(processes[-1].pid)
 
     mb = 1024 * 1024
-    return [
+    rows = [
         ("suspended: RSS of manager + agent trees, idle (MB)", before / mb, None, ""),
-        (f"suspended: RSS with {k} executions waiting (MB)", after / mb, (before + k * per_pool_process) / mb,
-         f"Celery: idle RSS + {k} × one pool process ({per_pool_process / mb:.1f} MB), a task blocked in a worker per waiting run"),
-        ("suspended: memory per waiting execution (bytes)", (after - before) / k, per_pool_process,
-         "Switchyard: (after − before) / K, as measured (a waiting execution is rows); Celery: one worker slot each"),
-        (f"suspended: {k} starts until all wait (s)", suspend_seconds, None, "services.start in batches; manager concurrency as above"),
-        (f"wake: {k} events delivered until all completed (s)", wake_seconds, None,
-         f"delivery alone {delivered:.1f} s (services.send_event, one by one); Celery: no durable wait to wake"),
-        ("wake: executions woken per second (/s)", k / wake_seconds, None, "higher is better"),
+        (f"suspended: RSS with {started} executions waiting (MB)", after / mb, (before + started * per_pool_process) / mb,
+         f"Celery: idle RSS + {started} × one pool process ({per_pool_process / mb:.1f} MB), a task blocked in a worker "
+         "per waiting run"),
+        ("suspended: memory per waiting execution (bytes)", (after - before) / started, per_pool_process,
+         f"Switchyard: (after − before) / {started} started through the engine, as measured (a waiting execution is "
+         "rows); Celery: one worker slot each"),
+        (f"suspended: {started} starts until all wait (s)", suspend_seconds, None,
+         "services.start, 500 to a transaction; manager concurrency as above"),
     ]
+    rates = {}
+    for size in waiting:
+        if not pool:  # all woken: one more, through the engine, to clone
+            pool.append(services.start("bench_wait_event", {"run": tag}).pk)
+            _wait_until(lambda: _waiting(tag) == 1, "the execution to clone suspended on its wait")
+        size_before = database_bytes()
+        began = time.monotonic()
+        cloned = clone_waiting(pool[0], size - len(pool)) if size > len(pool) else []
+        analyse()
+        clone_seconds = time.monotonic() - began
+        size_after = database_bytes()
+        if cloned and size_before is not None:
+            rows.append((f"suspended: database bytes per waiting execution, {size} waiting",
+                         (size_after - size_before) / len(cloned), None,
+                         "its execution, wait and event rows with their index entries, from the tables' growth"))
+        pool += cloned
+        random.shuffle(pool)
+        targets, pool = pool[:deliveries], pool[deliveries:]
+        rss = sum(tree_rss(pid) for pid in pids)
+        tick, sweep = tick_pass_ms()
+        seconds, delivered = _wake(targets)
+        rates[size] = len(targets) / seconds
+        celery = _celery_rate(agent, len(targets)) if agent else None
+        rows += [
+            (f"suspended: RSS of manager + agent trees with {size} waiting (MB)", rss / mb, None,
+             "a clone never passed through them: the memory a waiting execution holds in them is the started ones'"),
+            (f"tick: one pass with {size} waiting (ms)", tick, None,
+             f"median of {TICK_PASSES} passes of the engine's tick, in the benchmark's process; with the sweep for lost "
+             f"wake-ups (one pass in {timers.SWEEP_EVERY_SECONDS} s): {sweep:.1f} ms"),
+            (f"wake: {len(targets)} events delivered until all completed, {size} waiting (s)", seconds, None,
+             f"delivery alone {delivered:.1f} s (services.send_event, one by one); {len(cloned)} of those waiting cloned "
+             f"in {clone_seconds:.1f} s"),
+            (f"wake: executions woken per second, {size} waiting (/s)", rates[size], celery,
+             "higher is better; Celery: as many no-op tasks sent one by one to the agent and run, per second"),
+        ]
+    if len(rates) > 1:
+        fewest, most = waiting[0], waiting[-1]
+        rows.append((f"wake: rate with {most} waiting / rate with {fewest} waiting", rates[most] / rates[fewest], None,
+                     "target: at least 0.67 (within 1.5×)"))
+    return rows
 
 
 def report(rows):
@@ -129,7 +303,9 @@ def report(rows):
 def _fmt(value):
     if value is None:
         return "n/a"
+    if abs(value) < 10:
+        return f"{value:,.2f}"
     return f"{value:,.1f}" if abs(value) < 1e6 else f"{value:,.0f}"
 
 
-__all__ = ["run", "report"]
+__all__ = ["run", "report", "clone_waiting"]

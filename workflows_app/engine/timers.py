@@ -26,6 +26,13 @@ RESEND_AFTER_SECONDS = 30
 #: The sweep for lost messages is heavier and rarely finds anything: not on every tick.
 SWEEP_EVERY_SECONDS = 10
 _last_sweep = None
+#: Started executions the sweep looks at per pass, in the order of their id; the next pass
+#: carries on after the last one (and from the first again once it reached the end). A pass's
+#: work does not grow with the number of started executions (100,000 waiting for an event):
+#: only the time until the sweep has looked at each of them, SWEEP_EVERY_SECONDS per batch
+#: (500 s for 100,000). Small enough that PostgreSQL does not compile the batch's query (JIT).
+SWEEP_BATCH = 2000
+_sweep_after = None
 #: Seconds between two looks at the broker's identity (a restarted Redis lost its queues).
 BROKER_CHECK_SECONDS = 3
 
@@ -64,7 +71,8 @@ def wake_due_executions(now):
     for execution in Execution.objects.filter(status=ExecutionStatus.CANCELLING).only("pk"):
         if stopping.cancel_timed_out(execution, now):
             due.add(execution.pk)
-    for execution in started.filter(timeout__isnull=False).only("pk", "started_at", "timeout"):
+    # On the partial index of started executions with a timeout: those without one are not read.
+    for execution in started.filter(timeout__isnull=False).order_by().only("pk", "started_at", "timeout"):
         if policy.timeout_due(execution, now):
             due.add(execution.pk)
     # A failure not handled yet, outside continue_while_possible, waits for the running steps
@@ -85,13 +93,18 @@ def wake_due_executions(now):
 def resend_stuck_messages(now):
     """Lost messages are sent again from database state: a pending execution's start, an
     operation stuck in ``sending`` (same attempt: the agent drops a duplicate), and a started
-    execution that nothing in flight will ever wake."""
+    execution that nothing in flight will ever wake (SWEEP_BATCH of the started ones a pass)."""
     stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
     progress.publish(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
-    unstarted = list(Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale).values_list("pk", flat=True))
+    unstarted = list(Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale)
+                     .order_by().values_list("pk", flat=True))
     # One that only waits for an event or a timer is moved by the event's advance or the tick.
+    after, upto = _next_batch()
+    batch = Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale).order_by()
+    batch = batch.filter(pk__gt=after) if after is not None else batch
+    batch = batch.filter(pk__lte=upto) if upto is not None else batch
     idle = [execution.pk for execution in
-            Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale).exclude(waits.only_waiting(stale))
+            batch.exclude(waits.only_waiting(stale, after, upto)).only("pk", "status", "failure_mode")
             if not progress.can_progress(execution)]
     # A backlog (10,000 starts at once) is not a loss: while at least as many messages wait in
     # the management queue as there are executions to wake, their wake-ups are queued there, and
@@ -109,3 +122,17 @@ def resend_stuck_messages(now):
     for pk in Execution.objects.filter(status__in=EXECUTION_CANCELLING).values_list("pk", flat=True):
         if not Operation.objects.filter(execution_id=pk, state=OperationState.STARTED).exists():
             dispatch.send_advance(pk)
+
+
+def _next_batch():
+    """The ids (``after``, ``upto``] of the next SWEEP_BATCH started executions after those of
+    the sweep's last pass (None: no bound; from the first again once it reached the end): a
+    range of the partial index of started executions, whose end one look-up in it finds."""
+    global _sweep_after
+    after = _sweep_after
+    started = Execution.objects.filter(status=ExecutionStatus.STARTED).order_by("pk")
+    if after is not None:
+        started = started.filter(pk__gt=after)
+    last = list(started.values_list("pk", flat=True)[SWEEP_BATCH - 1:SWEEP_BATCH])
+    _sweep_after = last[0] if last else None
+    return after, _sweep_after

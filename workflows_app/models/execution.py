@@ -55,6 +55,11 @@ class Execution(models.Model):
             models.Index(fields=["-created_at"], name="execution_created"),
             models.Index(fields=["workflow_id", "-created_at"], name="execution_workflow_created"),
             models.Index(fields=["deployment_id", "status"], name="execution_deployment_status"),
+            # The tick's: started executions with a timeout (not every started one), and the
+            # started ones in the order the sweep for lost wake-ups pages through them.
+            models.Index(fields=["started_at"], name="execution_started_timeout",
+                         condition=models.Q(status=ExecutionStatus.STARTED, timeout__isnull=False)),
+            models.Index(fields=["id"], name="execution_started", condition=models.Q(status=ExecutionStatus.STARTED)),
         ]
         permissions = [("force_execution", "Can kill, force-cancel and force-resume executions")]
         constraints = [
