@@ -4,6 +4,8 @@ Each returns the execution as it left it; a refused action raises ``ActionRefuse
 changed) and an unknown id ``Execution.DoesNotExist``.
 """
 
+from contextlib import nullcontext
+
 from django.db import DatabaseError, transaction
 
 from workflows_app import dispatch
@@ -22,7 +24,7 @@ from workflows_app.states import (
     ExecutionStatus,
     FailureMode,
 )
-from workflows_app.transitions import execution_transition, record_event
+from workflows_app.transitions import create_execution, execution_transition, record_event
 
 
 def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None,
@@ -41,20 +43,24 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
     failure_mode = failure_mode or definition.failure_mode or workflows_settings.FAILURE_MODE
     if failure_mode not in FailureMode.values:
         raise ParameterError(f"failure_mode must be one of {FailureMode.values}, not {failure_mode!r}")
-    with transaction.atomic():
-        execution = Execution.objects.create(
-            workflow_id=definition.name,
-            parameters=parameters,
-            deployment_id=deployment_id,
-            failure_mode=failure_mode,
-            timeout=timeout if timeout is not None else definition.timeout,
-            wait_after_fail=wait_after_fail if wait_after_fail is not None else workflows_settings.WAIT_AFTER_FAIL,
-            is_dry_run=dry_run,
-            created_by=created_by,
-        )
-        Event.objects.create(execution=execution, type=EventType.LOG, message=f"created: {definition.name}",
-                             data={"parameters": parameters})
-        holder = queueing.active_of(deployment_id) if deployment_id and not force else None
+    execution = Execution(
+        workflow_id=definition.name,
+        parameters=parameters,
+        deployment_id=deployment_id,
+        failure_mode=failure_mode,
+        timeout=timeout if timeout is not None else definition.timeout,
+        wait_after_fail=wait_after_fail if wait_after_fail is not None else workflows_settings.WAIT_AFTER_FAIL,
+        is_dry_run=dry_run,
+        created_by=created_by,
+    )
+    created = Event(type=EventType.LOG, message=f"created: {definition.name}", data={"parameters": parameters})
+    checks_holder = bool(deployment_id) and not force
+    # Without a deployment to check, the execution and its event are stored by one statement
+    # (create_execution), which needs no transaction of its own; on_commit then sends at once
+    # (or, in a caller's transaction, once it commits).
+    with transaction.atomic() if checks_holder else nullcontext():
+        create_execution(execution, created)
+        holder = queueing.active_of(deployment_id) if checks_holder else None
         if holder is not None and holder != execution.pk:
             if not queue:
                 raise ExistingRunningExecution(deployment_id, holder)  # rolls the new row back

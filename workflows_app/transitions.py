@@ -48,6 +48,52 @@ def _atomic():
     return nullcontext() if connection.in_atomic_block else transaction.atomic()
 
 
+def create_execution(execution, event) -> Execution:
+    """Store a new ``execution`` (an unsaved instance, in the status it was built with) and its
+    first ``event`` together: both or neither. ``event.execution`` is set to it.
+
+    On PostgreSQL this is one statement (the event's INSERT takes the execution's id from a
+    data-modifying CTE), which outside a transaction commits by itself: one round trip where
+    ``BEGIN``, two INSERTs and ``COMMIT`` took four, on the path of every start. Inside a
+    transaction it is part of it. Elsewhere, or when a field's value is left to the database
+    (a ``db_default`` without a Python default), both are saved by the ORM in the caller's
+    transaction or one of their own."""
+    ex_meta, event_meta = Execution._meta, Event._meta
+    values = [field.get_db_prep_save(field.pre_save(execution, True), connection) for field in ex_meta.concrete_fields]
+    if connection.vendor != "postgresql" or any(hasattr(value, "as_sql") for value in values):
+        with _atomic():
+            execution.save(force_insert=True)
+            event.execution = execution
+            event.save(force_insert=True)
+        return execution
+    event.execution = execution
+    values += [field.get_db_prep_save(field.pre_save(event, True) if field.name == "timestamp" else getattr(event, field.attname),
+                                      connection)
+               for field in map(event_meta.get_field, EVENT_COLUMNS[1:])]
+    with db.cursor() as cursor:
+        cursor.execute(_create_execution_sql(), values)
+        event.pk = cursor.fetchone()[0]
+    for instance in (execution, event):
+        instance._state.adding, instance._state.db = False, connection.alias
+    return execution
+
+
+@functools.cache
+def _create_execution_sql():
+    """The statement of :func:`create_execution`, built once per process: every concrete column
+    of the execution, then the event's ``EVENT_COLUMNS`` but the first (the execution's id)."""
+    q = connection.ops.quote_name
+    ex_meta, event_meta = Execution._meta, Event._meta
+    ex_columns = ", ".join(q(field.column) for field in ex_meta.concrete_fields)
+    event_columns = ", ".join(q(event_meta.get_field(name).column) for name in EVENT_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(ex_meta.concrete_fields))
+    return (f"WITH ex AS (INSERT INTO {q(ex_meta.db_table)} ({ex_columns}) VALUES ({placeholders}) "
+            f"RETURNING {q(ex_meta.pk.column)}) "
+            f"INSERT INTO {q(event_meta.db_table)} ({event_columns}) "
+            f"SELECT ex.{q(ex_meta.pk.column)}, {', '.join(['%s'] * (len(EVENT_COLUMNS) - 1))} FROM ex "
+            f"RETURNING {q(event_meta.pk.column)}")
+
+
 def record_event(execution_id, type, message="", data=None, operation=None) -> Event:
     """Append an event that records no state change (``log``, ``stale_report``, …)."""
     return Event.objects.create(

@@ -12,8 +12,11 @@ model serializers of the API (``APIModelSerializer``, the agents app's too) use 
 their own.
 """
 
+import copy
 import datetime
+import functools
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from django.db import models
 from drf_spectacular.utils import extend_schema_field
@@ -101,11 +104,30 @@ class ExecutionDetailSerializer(ExecutionSerializer):
         read_only_fields = fields
 
 
-def execution_detail(execution) -> dict:
+def execution_detail(execution, operations_summary=None) -> dict:
     """The execution as ``GET /executions/{id}`` and every action answer it, with its count per
-    state: what the API and the commands' ``--json`` print."""
-    execution.operations_summary = queries.operations_summary(execution.pk)
-    return ExecutionDetailSerializer(execution).data
+    state: what the API and the commands' ``--json`` print. ``operations_summary``: the counts
+    when the caller knows them (:data:`NO_OPERATIONS` for an execution it has just created), else
+    they are counted (one query)."""
+    if operations_summary is None:
+        operations_summary = queries.operations_summary(execution.pk)
+    execution.operations_summary = operations_summary
+    return _detail_serializer().to_representation(execution)
+
+
+#: The ``operations_summary`` of an execution that has no operations yet: every state, zero.
+NO_OPERATIONS = MappingProxyType(dict.fromkeys(OperationState.values, 0))
+
+
+@functools.cache
+def _detail_serializer():
+    """The one ``ExecutionDetailSerializer`` of :func:`execution_detail`, fields built. DRF builds
+    a serializer's fields for each instance, a model serializer's from the model: that cost as
+    much as the rest of an answer. The fields keep nothing of what they show (no instance, no
+    data), so one serializer shows every execution."""
+    serializer = ExecutionDetailSerializer()
+    serializer.fields["operations_summary"].fields  # builds both levels now, not later in two threads at once
+    return serializer
 
 
 class OperationSerializer(APIModelSerializer):
@@ -176,6 +198,16 @@ class WorkflowSerializer(serializers.Serializer):
 
 class StrictSerializer(serializers.Serializer):
     """Refuses a key that is none of its fields, with the errors of the fields it has."""
+
+    def get_fields(self):
+        """The declared fields, each copied for this serializer as DRF's are, but shallowly: DRF
+        builds each field again from its arguments (``copy.deepcopy``), which cost more than the
+        validation itself on every request. A copy is bound to this serializer alone; what it
+        shares with the declared field (validators, choices, messages, a child field) is set when
+        the class is made and never changed after. A nested serializer keeps state of its own
+        while it validates, so it is copied in full."""
+        return {name: copy.deepcopy(field) if isinstance(field, serializers.BaseSerializer) else copy.copy(field)
+                for name, field in self._declared_fields.items()}
 
     def to_internal_value(self, data):
         errors = {}

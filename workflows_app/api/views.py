@@ -27,6 +27,7 @@ from workflows_app.api.schema import EXECUTION_ID, EXECUTION_ORDERING_PARAMETER,
 from workflows_app.api.schema import errors as error_responses
 from workflows_app.api.serializers import (
     ACTIONS,
+    NO_OPERATIONS,
     ActionSerializer,
     EventSerializer,
     ExternalEventSerializer,
@@ -121,7 +122,8 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
             raise errors.InvalidParameters(str(exc)) from None
         except domain.ExistingRunningExecution as exc:
             raise errors.ExistingRunningExecution(str(exc)) from None
-        return Response(execution_detail(execution), status=status.HTTP_201_CREATED,
+        # Just created: it has no operations yet (as its status says, the answer shows it as stored).
+        return Response(execution_detail(execution, NO_OPERATIONS), status=status.HTTP_201_CREATED,
                         headers={"Location": request.build_absolute_uri(
                             reverse("api:execution", kwargs={"id": execution.pk}))})
 
