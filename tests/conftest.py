@@ -6,6 +6,7 @@ it fails instead, so a CI that lost its database cannot pass by skipping.
 """
 
 import os
+from types import SimpleNamespace
 
 import kombu
 import kombu.exceptions
@@ -13,6 +14,7 @@ import pytest
 from django.db import connection
 
 from workflows_app import dispatch
+from workflows_app.engine import live
 from workflows_app.models import Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
 
@@ -95,3 +97,17 @@ def outbox(monkeypatch):
     monkeypatch.setattr(dispatch, "broadcast_kill",
                         lambda pk, attempts=(), dispatcher=False: sent["kill"].append([(str(a), n) for a, n in attempts]))
     return sent
+
+
+@pytest.fixture(params=["replay", "live"])
+def each_pass(request, monkeypatch):
+    """Run a test of the dispatcher twice: every pass replaying the workflow function from the
+    top, and each pass going on with the live run the last one kept (``engine.live``) — kept at
+    once, as when a pass commits (a test's own transaction never does)."""
+    if request.param == "replay":
+        monkeypatch.setattr(live, "enabled", lambda: False)
+    else:
+        monkeypatch.setattr(live, "transaction", SimpleNamespace(on_commit=lambda fn: fn()))
+    live.clear()
+    yield request.param
+    live.clear()

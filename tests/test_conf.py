@@ -21,6 +21,8 @@ SPEC_DEFAULTS = {
     "FLOWER_URL": None, "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
     # Issue 18's key (the SPEC does not name it): how long a process rides out a database outage.
     "DATABASE_OUTAGE_TOLERANCE": 120,
+    # Issue 19's: how many live runs of workflow functions a dispatcher process keeps.
+    "WORKFLOW_CACHE_SIZE": 100,
 }
 
 
@@ -51,6 +53,14 @@ def test_an_unknown_key_is_refused_by_the_object_and_by_a_system_check():
         errors = checks.run_checks()
         assert [e.id for e in errors] == ["workflows.E001"]
         assert "KILL_GRACE" in errors[0].msg
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "100"])
+def test_a_workflow_cache_size_that_is_not_a_count_is_a_system_check_error(value):
+    with override_settings(WORKFLOWS={"WORKFLOW_CACHE_SIZE": value}):
+        errors = checks.run_checks()
+        assert [e.id for e in errors] == ["workflows.E002"]
+        assert "WORKFLOW_CACHE_SIZE" in errors[0].msg
 
 
 def test_a_value_that_cannot_work_is_a_system_check_error():

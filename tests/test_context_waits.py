@@ -20,7 +20,7 @@ from workflows_app.errors import ActionRefused, ParameterError
 from workflows_app.models import Event, Execution, Operation, Wait
 from workflows_app.states import EventType, ExecutionStatus, OperationState, WaitOutcome
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("each_pass")]
 
 #: Short enough to wait for in a test, long enough that a replay never races it.
 SHORT = 0.3

@@ -12,11 +12,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 from workflows_app import services
-from workflows_app.engine import dispatcher, failures, policy, progress, reports, timers
+from workflows_app.engine import dispatcher, failures, live, policy, progress, reports, timers
 from workflows_app.models import Event, Execution, Operation, Wait
 from workflows_app.states import EventType, ExecutionStatus, FailureMode, OperationState, WaitKind, WaitOutcome
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox")]
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox", "each_pass")]
 
 MODES = [mode.value for mode in FailureMode]
 FAILED = {"type": "NonRecoverableError", "message": "charge fails for good", "traceback": "Traceback: ..."}
@@ -331,7 +331,8 @@ def test_a_replay_that_asks_for_a_stored_step_differently_fails_the_execution(tm
     execution = start("it_changing", agent="a1", changed_path=str(changed), change=change)
     succeed(execution, "x")
     assert advance(execution).status == ExecutionStatus.STARTED  # waits for "go"
-    changed.touch()  # a careless deploy
+    changed.touch()  # a careless deploy: the new code runs in new processes, which keep no live run
+    live.clear()
     services.send_event(execution.pk, "go")
     execution = advance(execution)
     assert execution.status == ExecutionStatus.FAILED
@@ -350,7 +351,8 @@ def test_a_replay_that_asks_for_the_same_call_is_not_refused(tmp_path):
 
 def test_code_that_catches_the_guards_error_cannot_hide_it(tmp_path):
     execution = start("it_swallows_nondeterminism", agent="a1", changed_path=str(tmp_path / "changed"))
-    (tmp_path / "changed").touch()
+    (tmp_path / "changed").touch()  # a deploy: new processes, no live run
+    live.clear()
     execution = advance(execution)
     assert execution.status == ExecutionStatus.FAILED
     assert "non-deterministic workflow: step 'x'" in execution.error

@@ -553,3 +553,30 @@ def tuple_args(ctx, agent):
 
 # --- canvases compared with plain Celery (tests/canvas_workflows.py) -------------------------
 from tests import canvas_workflows  # noqa: E402,F401  (registers its workflows, operations and Celery tasks)
+
+
+# --- live runs (tests/test_live_runs.py) ---------------------------------------------------
+
+#: tag -> how many step calls the function made, in this process: once per step when a live run
+#: goes on, and again for every earlier step each time a pass replays from the top.
+CALLS = {}
+
+
+@workflow(name="it_counted_chain")
+def counted_chain(ctx, n, tag, agent="a1"):
+    """``n`` sequential ``it_add`` steps, each adding one to the one before; the payload keeps
+    the last result."""
+    total = 0
+    for i in range(n):
+        CALLS[tag] = CALLS.get(tag, 0) + 1
+        total = ctx.await_execute(f"s{i}", add, total, 1, agent=agent)
+    ctx.set_payload({"total": total})
+
+
+@workflow(name="it_cleanup_after_event")
+def cleanup_after_event(ctx):
+    """Waits for ``go``; whatever happens, stores a ``cleanup`` step after the wait."""
+    try:
+        ctx.set_payload({"go": ctx.await_event("go")})
+    finally:
+        ctx.execute("cleanup", add, 1, agent="a1")

@@ -33,6 +33,7 @@ DEFAULTS = {
     "FLOWER_URL": None,
     "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
     "DATABASE_OUTAGE_TOLERANCE": 120,
+    "WORKFLOW_CACHE_SIZE": 100,
 }
 
 _NUMBER_KEYS = {"RETRY_INTERVAL", "WAIT_AFTER_FAIL", "KILL_GRACE_SECONDS", "CANCEL_TIMEOUT",
@@ -60,6 +61,10 @@ def bad_values(user_settings) -> list[str]:
         value = user_settings["MAX_RETRIES"]
         if isinstance(value, bool) or not isinstance(value, int) or value < -1:
             found.append(f"WORKFLOWS['MAX_RETRIES'] must be an integer >= -1 (-1: no limit), not {value!r}")
+    if "WORKFLOW_CACHE_SIZE" in user_settings:
+        value = user_settings["WORKFLOW_CACHE_SIZE"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            found.append(f"WORKFLOWS['WORKFLOW_CACHE_SIZE'] must be an integer >= 0 (0: always replay), not {value!r}")
     if "FAILURE_MODE" in user_settings and user_settings["FAILURE_MODE"] not in FailureMode.values:
         found.append(f"WORKFLOWS['FAILURE_MODE'] must be one of {FailureMode.values}, not {user_settings['FAILURE_MODE']!r}")
     if "MANAGEMENT_QUEUE" in user_settings and not (isinstance(user_settings["MANAGEMENT_QUEUE"], str) and user_settings["MANAGEMENT_QUEUE"]):

@@ -176,6 +176,7 @@ def test_cancel_stops_the_tries(stack, tmp_path):
 @pytest.mark.django_db(transaction=True)
 def test_a_replay_that_changes_a_steps_operation_or_arguments_fails_with_both_in_the_error(stack, tmp_path):
     agent = up(stack)
+    manager = next(p for p in stack.processes if p.name == "manager")
     executions = {}
     for change in ("operation", "arguments"):
         executions[change] = services.start("it_changing", {"agent": agent, "change": change,
@@ -183,7 +184,10 @@ def test_a_replay_that_changes_a_steps_operation_or_arguments_fails_with_both_in
     for execution in executions.values():  # both wait for "go": x is stored and replayed as it was
         stack.wait_for(lambda pk=execution.pk: Wait.objects.filter(execution_id=pk, key="event:go#1").exists(), 30,
                        "the workflow to wait for go", lambda pk=execution.pk: describe_execution(pk))
-    (tmp_path / "changed").touch()  # a careless deploy while they wait for "go"
+    # A careless deploy while they wait for "go": new code, in a manager started again (the
+    # old one kept their functions live, suspended on the old code).
+    (tmp_path / "changed").touch()
+    stack.restart(manager)
     for execution in executions.values():
         services.send_event(execution.pk, "go")
     stored = "it_step args=['x'] kwargs={'value': 1}"

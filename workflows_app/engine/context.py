@@ -1,11 +1,13 @@
 """The workflow context: what a workflow function sees as ``ctx``, run with durable replay.
 
-The dispatcher runs the workflow function from the top each time it has something to decide.
-A step whose name is already stored is not stored or sent again: its handle reports the
-stored state (and a replay that asks for another call under that name is refused:
-``NonDeterministicWorkflow``). When the function needs a step that is not done, it *suspends*
-(``handles.Suspend``), the dispatcher commits what was stored, and the function holds no thread
-or process until a completion wakes the execution again.
+The dispatcher runs the workflow function from the top when it has something to decide and
+no live run of it is kept (``engine.live``). A step whose name is already stored is not stored
+or sent again: its handle reports the stored state (and a replay that asks for another call
+under that name is refused: ``NonDeterministicWorkflow``). When the function needs a step that
+is not done, it *suspends* (:meth:`WorkflowContext._suspend`): replay raises ``handles.Suspend``,
+a live run switches back to the dispatcher and looks again when the next pass resumes it. The
+dispatcher commits what was stored, and the function holds no thread or process until a
+completion wakes the execution again.
 
 The context also notes which failed steps the code was shown (a wait raised ``StepFailed``):
 the dispatcher counts those as handled when the code goes on (SPEC §7).
@@ -13,12 +15,14 @@ the dispatcher counts those as handled when the code goes on (SPEC §7).
 
 from dataclasses import replace
 
+from greenlet import GreenletExit
+
 from workflows_app.engine import graph as graphs
 from workflows_app.engine import failures, steps, waits
 from workflows_app.engine.canvas import compile_canvas
 from workflows_app.engine.handles import ENDED_BADLY, AllOf, AnyOf, NoneOf, StepHandle, Suspend, WaitHandle
 from workflows_app.errors import NonDeterministicWorkflow, StepFailed, WorkflowError
-from workflows_app.models import Wait
+from workflows_app.models import Operation, Wait
 from workflows_app.registry import get_operation, operation_name
 from workflows_app.states import OperationState, WaitKind
 
@@ -68,18 +72,24 @@ class WorkflowContext:
 
     def __init__(self, execution, operations):
         self._execution = execution
-        self._operations = {op.name: op for op in operations}
         self._canvas_calls = 0
         self._payload_changed = False
-        self._waits = None  # key -> Wait, read on the first wait call (a workflow that never waits reads none)
         self._wait_calls = {}  # prefix -> how many waits of that prefix this replay reached
-        # Failures not handled yet (no step fails while a replay holds the execution's lock),
-        # and the failed steps this replay showed the code.
-        self._unhandled = {op.name for op in self._operations.values()
-                           if op.state == OperationState.FAILED and not op.failure_handled}
-        self._seen = set()
+        self._seen = set()  # the failed steps this replay showed the code
         # The determinism guard's finding: it fails the execution even if the code caught it.
         self._nondeterminism = None
+        # A live run (``engine.live.Run``) this context belongs to, and whether its pass is on:
+        # between passes, and while an evicted run unwinds, it refuses every call.
+        self._live, self._in_pass = None, False
+        self._load(operations)
+
+    def _load(self, operations):
+        self._operations = {op.name: op for op in operations}
+        self._waits = None  # key -> Wait, read on the first wait call (a workflow that never waits reads none)
+        # The steps not ended yet (those a pass must look at again), and the failures not
+        # handled yet (no step fails while a pass holds the execution's lock).
+        self._open = {op.name for op in operations if not op.is_terminal}
+        self._unhandled = {op.name for op in operations if op.state == OperationState.FAILED and not op.failure_handled}
 
     # --- what the workflow reads ---------------------------------------------------------
     @property
@@ -174,6 +184,7 @@ class WorkflowContext:
         ``stale_report`` event. Steps that depend on it can never start: they are cancelled too.
         A wait handle is cancelled. True if it was cancelled now, False if it had ended (the
         replay of a cancel is a no-op). Its ``wait()`` raises ``StepFailed``."""
+        self._check_in_pass()
         if isinstance(handle, WaitHandle):
             return waits.cancel(handle._wait)
         if isinstance(handle, StepHandle):
@@ -200,6 +211,42 @@ class WorkflowContext:
         raise WorkflowCancelled(reason)
 
     # --- inside --------------------------------------------------------------------------
+    def _suspend(self, name, handles=()):
+        """The function needs something that is not done: replay ends here (``Suspend``); a
+        live run waits for its next pass, then ``handles`` look again (a wait is settled)."""
+        if self._live is None:
+            raise Suspend(name)
+        self._live.suspend(name)
+        self._check_in_pass()
+        for handle in handles:
+            handle._refresh()
+
+    def _check_in_pass(self):
+        """A live run's context works only in its pass: an evicted run unwinds without effects."""
+        if self._live is not None and not self._in_pass:
+            raise GreenletExit("this run of the workflow was evicted; its next pass replays it")
+
+    def _catch_up(self, execution, passes) -> bool:
+        """A kept run's next pass: what changed since its last (``passes``: that pass's count).
+        The steps it left open are read again; after a pass elsewhere, everything is. False
+        when a failure is not handled: the failure mode runs first, then a replay."""
+        self._execution = execution
+        self._payload_changed = False
+        if execution.passes != passes + 1:
+            self._load(Operation.objects.filter(execution_id=execution.pk))
+        elif self._open:
+            fresh = list(Operation.objects.filter(pk__in=[self._operations[name].pk for name in self._open]))
+            self._operations.update((op.name, op) for op in fresh)
+            self._open = {op.name for op in fresh if not op.is_terminal}
+            self._unhandled |= {op.name for op in fresh if op.state == OperationState.FAILED and not op.failure_handled}
+        return not self._unhandled
+
+    def _handled(self, names):
+        """``failures.record_handled`` stored these failures as handled."""
+        for name in names:
+            self._operations[name].failure_handled = True
+        self._unhandled -= set(names)
+
     def _unhandled_failures(self):
         """Names of the failed steps whose failure is not handled and that this replay has not
         shown the code."""
@@ -212,6 +259,7 @@ class WorkflowContext:
     def _store(self, nodes, *, awaited):
         """Store the nodes not stored yet and send those that may start (``steps.store``); a new
         node that depends on a step which failed or was cancelled can never start: cancelled."""
+        self._check_in_pass()
         try:
             rows = steps.store(self._execution, self._operations, nodes, awaited=awaited,
                                failed=bool(self._unhandled_failures()))
@@ -219,6 +267,7 @@ class WorkflowContext:
             self._nondeterminism = exc
             raise
         new = {row.name for row in rows}
+        self._open |= new
         doomed = {dep for node in nodes if node.name in new for dep in node.depends_on
                   if dep not in new and self._operations[dep].state in ENDED_BADLY}
         if doomed:
@@ -227,12 +276,13 @@ class WorkflowContext:
     def _wait_graph(self, names):
         """Return when every node succeeded; ``StepFailed`` once one did not and nothing more of
         the graph can run; otherwise suspend."""
-        operations = [self._operations[name] for name in names]
-        if all(op.state == OperationState.SUCCEEDED for op in operations):
-            return
-        if any(not op.is_terminal for op in operations):
-            raise Suspend(names[0])
-        raise self._step_failed([op for op in operations if op.state in ENDED_BADLY])
+        while True:
+            operations = [self._operations[name] for name in names]
+            if all(op.state == OperationState.SUCCEEDED for op in operations):
+                return
+            if not any(not op.is_terminal for op in operations):
+                raise self._step_failed([op for op in operations if op.state in ENDED_BADLY])
+            self._suspend(names[0])
 
     def _saw(self, operations):
         """The code was shown these steps' failures (and those they follow from)."""
@@ -255,14 +305,19 @@ class WorkflowContext:
         """The stored wait this call is on every replay (``<prefix>#<k>``, the k-th such call),
         stored when first reached; settled now if it can be. The waits are read once per
         replay, on the first call: a workflow that never waits costs no query."""
-        if self._waits is None:
-            self._waits = {w.key: w for w in Wait.objects.filter(execution_id=self._execution.pk)}
+        self._check_in_pass()
         count = self._wait_calls[prefix] = self._wait_calls.get(prefix, 0) + 1
         key = f"{prefix}#{count}"
-        wait = self._waits.get(key)
+        wait = self._stored_waits().get(key)
         if wait is None:
             wait = self._waits[key] = waits.open_wait(self._execution, key, kind, name, timeout)
-        return WaitHandle(self, waits.settle(wait))
+        waits.settle(wait)
+        return WaitHandle(self, key)
+
+    def _stored_waits(self):
+        if self._waits is None:
+            self._waits = {w.key: w for w in Wait.objects.filter(execution_id=self._execution.pk)}
+        return self._waits
 
 
 def _prefixed(node, prefix):

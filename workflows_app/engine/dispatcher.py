@@ -2,18 +2,20 @@
 
 It takes the execution's row lock (one advancer at a time, on any manager), starts a pending
 execution, applies the failure mode while a step's failure is unhandled, runs the workflow
-function with durable replay until it returns or suspends, and ends the execution — cancelling
-every operation that is not terminal first, and only then writing the terminal event.
+function — resuming the live run this process kept of it (``engine.live``), or with durable
+replay from the top — until it returns or suspends, and ends the execution — cancelling every
+operation that is not terminal first, and only then writing the terminal event.
 """
 
 import logging
 import traceback
+import uuid
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from workflows_app import outages
-from workflows_app.engine import failures, policy, stopping
+from workflows_app import db, outages
+from workflows_app.engine import failures, live, policy, stopping
 from workflows_app.engine.context import WorkflowCancelled, WorkflowContext, WorkflowFailed
 from workflows_app.engine.handles import Suspend
 from workflows_app.engine.steps import cancel_in_states
@@ -33,45 +35,71 @@ logger = logging.getLogger(__name__)
 
 def advance(execution_id):
     with transaction.atomic():
-        execution = Execution.objects.select_for_update(no_key=True).filter(pk=execution_id).first()
+        execution = _lock(execution_id)
         if execution is None:
             logger.warning("advance: execution %s does not exist", execution_id)
             return
         if execution.status == ExecutionStatus.PENDING:
             execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
         if execution.status == ExecutionStatus.STARTED:
-            _run(execution)
-        elif execution.status in EXECUTION_CANCELLING:
-            stopping.carry_on(execution)
+            run = live.take(execution)
+            try:
+                run = _run(execution, run)
+            except BaseException:
+                if run is not None:
+                    run.close()
+                raise
+            if run is not None:
+                live.keep(run, execution)
+        else:
+            live.forget(execution.pk)
+            if execution.status in EXECUTION_CANCELLING:
+                stopping.carry_on(execution)
         # terminal or queued: nothing to do (a cancelled one never runs)
 
 
-def _run(execution):
-    operations = list(Operation.objects.filter(execution_id=execution.pk))
+def _lock(execution_id):
+    """The execution, locked for this pass (``FOR NO KEY UPDATE``, which an UPDATE of a column
+    no key holds takes), and the pass counted in the same statement: a live run another process
+    keeps (``engine.live``) knows from ``passes`` that it was overtaken. ``None``: no such row."""
+    meta = Execution._meta
+    key = meta.pk.get_db_prep_value(uuid.UUID(str(execution_id)), connection)
+    rows = db.fetch(Execution, f"UPDATE {meta.db_table} SET passes = passes + 1 WHERE id = %s RETURNING {db.columns(Execution)}",
+                    [key])
+    return rows[0] if rows else None
+
+
+def _run(execution, run):
+    """One pass: ``run`` is the live run this process kept, brought up to date, or ``None``
+    (the function runs from the top, in a new run). Returns the pass' run, if there was one."""
     now = timezone.now()
     if policy.timeout_due(execution, now):
-        return end(execution, ExecutionStatus.TIMED_OUT, f"the execution's timeout of {execution.timeout}s passed")
-    if failures.before_replay(execution, operations, now):
-        return  # running steps are awaited before the code sees the failure
+        end(execution, ExecutionStatus.TIMED_OUT, f"the execution's timeout of {execution.timeout}s passed")
+        return run
+    if run is None:
+        operations = list(Operation.objects.filter(execution_id=execution.pk))
+        if failures.before_replay(execution, operations, now):
+            return None  # running steps are awaited before the code sees the failure
     try:
         definition = get_workflow(execution.workflow_id)
     except RegistrationError as exc:
-        return end(execution, ExecutionStatus.FAILED, str(exc))
+        end(execution, ExecutionStatus.FAILED, str(exc))
+        return run
     retries = definition.on_unhandled == "retry"
     if retries and not failures.retry_due(execution, now):
-        return  # the code raised: its next try waits for its backoff, which the tick ends
+        return run  # the code raised: its next try waits for its backoff, which the tick ends
 
-    ctx = WorkflowContext(execution, operations)
+    if run is None:
+        run = live.start(WorkflowContext(execution, operations), definition.func, execution.parameters)
     raised, trace = None, ""
     try:
-        definition.func(ctx, **execution.parameters)
-    except Suspend as exc:
-        raised = exc
+        raised = run.step()
     except Exception as exc:
         if outages.is_outage(exc):
             raise  # the database went away under the code, which did nothing wrong: the pass runs again
         raised, trace = exc, traceback.format_exc()
-    _conclude(execution, ctx, raised, trace, retries)
+    _conclude(execution, run.ctx, raised, trace, retries)
+    return run
 
 
 def _conclude(execution, ctx, raised, trace, retries):

@@ -102,6 +102,7 @@ def record_handled(execution, ctx):
         return
     Operation.objects.filter(execution_id=execution.pk, name__in=names, state=OperationState.FAILED).update(
         failure_handled=True)
+    ctx._handled(names)
     Event.objects.bulk_create([
         Event(execution_id=execution.pk, operation=name, type=EventType.LOG, data={"failure_handled": True},
               message=f"the workflow was shown the failure of {name} (StepFailed) and went on: handled")

@@ -99,18 +99,17 @@ class NodeSpec:
 
 def validate(nodes, known=()):
     """Raise ``GraphError`` unless ``nodes`` form a DAG: unique names, every dependency a node
-    of the graph (or one of ``known``, the names stored before), no node depending on itself,
+    of the graph (or in ``known``, a container of the names stored before), no node depending on itself,
     no cycle. An input may read only nodes the node depends on, or it could be sent too early."""
     names = set()
     for node in nodes:
         if node.name in names:
             raise GraphError(f"two steps are named {node.name!r}")
         names.add(node.name)
-    allowed = names | set(known)
     for node in nodes:
         if node.name in node.depends_on:
             raise GraphError(f"step {node.name!r} depends on itself")
-        unknown = [dep for dep in node.depends_on if dep not in allowed]
+        unknown = [dep for dep in node.depends_on if dep not in names and dep not in known]
         if unknown:
             raise GraphError(f"step {node.name!r} depends on unknown step(s) {', '.join(map(repr, unknown))}")
         unread = [name for name in (node.input.names() if node.input else ()) if name not in node.depends_on]

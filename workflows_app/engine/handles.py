@@ -1,15 +1,18 @@
 """What a workflow holds while it waits: handles of steps and of stored waits, and the
 combinators ``all_of`` / ``any_of`` / ``none_of`` over them (SPEC §6).
 
-A handle reads the state its replay loaded; it never queries. ``wait()`` returns, raises the
-step's failure, or *suspends* the workflow (``Suspend``) when the step is not done: the
-dispatcher then commits what the replay stored, and nothing waits in memory.
+A handle reads the state its pass loaded; it never queries. ``wait()`` returns, raises the
+step's failure, or *suspends* the workflow when the step is not done
+(``WorkflowContext._suspend``): the dispatcher then commits what the pass stored. Replay ends
+the pass with ``Suspend``; a live run (``engine.live``) looks again when its next pass resumes
+it — a wait handle settles its stored wait again first (``_refresh``).
 
 When a wait shows the workflow code a failed step (it raises ``StepFailed``, or ``any_of`` /
 ``none_of`` answer over it), the context notes that the code has seen that failure
 (``WorkflowContext._saw``): if the code goes on, the failure is handled (SPEC §7).
 """
 
+from workflows_app.engine import waits
 from workflows_app.errors import EventTimeout, StepFailed
 from workflows_app.states import OperationState, WaitOutcome
 
@@ -22,7 +25,12 @@ class Suspend(BaseException):
     own ``except Exception`` cannot swallow it."""
 
 
-class StepHandle:
+class _Handle:
+    def _refresh(self):
+        """After a live run resumed: nothing to do for a step (the pass read its row again)."""
+
+
+class StepHandle(_Handle):
     """A step started by ``ctx.execute`` (or a graph node): ``wait()``, ``result()``, ``state``."""
 
     def __init__(self, ctx, name):
@@ -42,12 +50,13 @@ class StepHandle:
 
     def wait(self):
         """The step's result; suspends the workflow until it is done; ``StepFailed`` if it failed."""
-        operation = self._operation
-        if operation.state == OperationState.SUCCEEDED:
-            return operation.result
-        if operation.state in ENDED_BADLY:
-            raise self._ctx._step_failed([operation])
-        raise Suspend(self.name)
+        while True:
+            operation = self._operation
+            if operation.state == OperationState.SUCCEEDED:
+                return operation.result
+            if operation.state in ENDED_BADLY:
+                raise self._ctx._step_failed([operation])
+            self._ctx._suspend(self.name)
 
     result = wait
 
@@ -69,7 +78,7 @@ _WAIT_STATE = {
 }
 
 
-class WaitHandle:
+class WaitHandle(_Handle):
     """A stored wait (``ctx.wait_for_event``; ``ctx.sleep`` uses one too), with a StepHandle's
     interface: ``wait()``, ``result()``, ``state``, ``done``, ``cancel()``.
 
@@ -78,12 +87,15 @@ class WaitHandle:
     workflow. ``state`` is an ``OperationState``: ``started`` while waiting, ``succeeded``,
     ``failed`` (timed out) or ``cancelled``."""
 
-    def __init__(self, ctx, wait):
-        self._ctx, self._wait = ctx, wait
+    def __init__(self, ctx, key):
+        self._ctx, self.name = ctx, key
 
     @property
-    def name(self):
-        return self._wait.key
+    def _wait(self):
+        return self._ctx._stored_waits()[self.name]
+
+    def _refresh(self):
+        waits.settle(self._wait)
 
     @property
     def outcome(self):
@@ -98,14 +110,15 @@ class WaitHandle:
         return self.outcome != WaitOutcome.WAITING
 
     def wait(self):
-        wait = self._wait
-        if wait.outcome in (WaitOutcome.RECEIVED, WaitOutcome.ELAPSED):
-            return wait.payload
-        if wait.outcome == WaitOutcome.TIMED_OUT:
-            raise EventTimeout(wait.name, wait.timeout)
-        if wait.outcome == WaitOutcome.CANCELLED:
-            raise StepFailed(self.name, {"type": "Cancelled", "message": "the wait was cancelled"})
-        raise Suspend(self.name)
+        while True:
+            wait = self._wait
+            if wait.outcome in (WaitOutcome.RECEIVED, WaitOutcome.ELAPSED):
+                return wait.payload
+            if wait.outcome == WaitOutcome.TIMED_OUT:
+                raise EventTimeout(wait.name, wait.timeout)
+            if wait.outcome == WaitOutcome.CANCELLED:
+                raise StepFailed(self.name, {"type": "Cancelled", "message": "the wait was cancelled"})
+            self._ctx._suspend(self.name, [self])
 
     result = wait
 
@@ -129,13 +142,16 @@ class AllOf:
         self._ctx, self.handles = ctx, handles
 
     def wait(self):
-        failed = _failed_steps(self.handles)
-        if failed:
-            raise self._ctx._step_failed(failed)
-        for handle in self.handles:  # a wait that timed out or was cancelled raises its own error
-            if handle.state in ENDED_BADLY:
-                handle.wait()
-        return [handle.wait() for handle in self.handles]
+        while True:
+            failed = _failed_steps(self.handles)
+            if failed:
+                raise self._ctx._step_failed(failed)
+            for handle in self.handles:  # a wait that timed out or was cancelled raises its own error
+                if handle.state in ENDED_BADLY:
+                    handle.wait()
+            if all(handle.done for handle in self.handles):
+                return [handle.wait() for handle in self.handles]
+            self._ctx._suspend("all_of", self.handles)
 
     result = wait
 
@@ -148,9 +164,11 @@ class AnyOf:
         self._ctx, self.handles = ctx, handles
 
     def wait(self):
-        winner = next((handle for handle in self.handles if handle.state == OperationState.SUCCEEDED), None)
-        if winner is None and not all(handle.done for handle in self.handles):
-            raise Suspend("any_of")
+        while True:
+            winner = next((handle for handle in self.handles if handle.state == OperationState.SUCCEEDED), None)
+            if winner is not None or all(handle.done for handle in self.handles):
+                break
+            self._ctx._suspend("any_of", self.handles)
         self._ctx._saw(_failed_steps(self.handles))  # "any" accepts the others' failures
         return (winner or self.handles[0]).wait()  # none succeeded: the first one's failure
 
@@ -171,9 +189,11 @@ class NoneOf:
         self._ctx, self.handles = ctx, handles
 
     def wait(self):
-        succeeded = any(handle.state == OperationState.SUCCEEDED for handle in self.handles)
-        if not succeeded and not all(handle.done for handle in self.handles):
-            raise Suspend("none_of")
+        while True:
+            succeeded = any(handle.state == OperationState.SUCCEEDED for handle in self.handles)
+            if succeeded or all(handle.done for handle in self.handles):
+                break
+            self._ctx._suspend("none_of", self.handles)
         self._ctx._saw(_failed_steps(self.handles))
         return not succeeded
 

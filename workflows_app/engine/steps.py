@@ -47,7 +47,7 @@ def store(execution, known, nodes, *, awaited, failed=None):
             check_same_call(stored, node)
     if not new:
         return []
-    graphs.validate(new, known=set(known))
+    graphs.validate(new, known=known.keys())
     settings = workflows_settings
     rows = []
     for node in new:

@@ -45,6 +45,9 @@ class Execution(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True, editable=False)
     # sha256 of the current token; a dispatcher must present the token itself.
     token_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    # How many passes the dispatcher made (engine.dispatcher): a live run another process keeps
+    # of the workflow function (engine.live) knows from it that it was overtaken.
+    passes = models.PositiveBigIntegerField(default=0, db_default=0, editable=False)
 
     objects = ExecutionQuerySet.as_manager()
 
