@@ -1,11 +1,16 @@
 """``python -m bench``: Switchyard's benchmarks, each side by side with plain Celery on the same broker, database and worker processes, in one run.
 
-``python -m bench [--rounds N] [--output FILE] [--fanout N] [--chain M] [--starts K] [--skip-stop] [--suspended K]``
+``python -m bench [--rounds N] [--output FILE] [--fanout N] [--chain M] [--starts K] [--skip-stop]
+[--suspended W,W…] [--deliveries D] [--suspended-started S] [--imperative L] [--history H] [--skip-scaleout]``
 
 Runs against whatever ``DATABASE_URL`` and ``CELERY_BROKER_URL`` say (default: the embedded
 SQLite and Redis), migrating the database first. Cases: stop latency (``bench/stop.py``), and
-fan-out, fan-in, chain and start throughput (``bench/throughput.py``), and K executions suspended
-on an event at once, then woken (``bench/suspended.py``).
+fan-out, fan-in, chain and start throughput (``bench/throughput.py``), executions suspended on an
+event and woken at two numbers waiting (``bench/suspended.py``), an imperative chain of M and of
+L steps against a graph chain of L (``bench/imperative.py``), and on PostgreSQL the throughput
+cases again with a large history in the tables (``bench/history.py``) and with a second manager
+and agent, with the database's cost per operation (``bench/scaleout.py``, last: it stops the
+benchmark's own manager and agent).
 """
 
 import argparse
@@ -29,13 +34,23 @@ def main(argv=None):
     parser.add_argument("--chain", type=int, default=100, help="M: sequential no-ops of the chain case")
     parser.add_argument("--starts", type=int, default=200, help="K: starts of the start-throughput case")
     parser.add_argument("--skip-stop", action="store_true", help="leave out the stop-latency cases")
-    parser.add_argument("--suspended", type=int, default=10000,
-                        help="K: executions waiting for an event at once (0: leave the case out)")
+    parser.add_argument("--suspended", type=_sizes, default=(1000, 100000),
+                        help="W,W…: executions waiting for an event at once, one measurement per number (0: leave the case out)")
+    parser.add_argument("--deliveries", type=int, default=10000, help="D: events delivered at each number waiting")
+    parser.add_argument("--suspended-started", type=int, default=1000,
+                        help="S: of those waiting, how many are started through the engine (the others are their copies)")
+    parser.add_argument("--imperative", type=int, default=10000,
+                        help="L: steps of the long imperative and graph chains (the short one has M; 0: leave the case out)")
+    parser.add_argument("--history", type=int, default=100000,
+                        help="H: ended executions (10 events each) the throughput cases run again with (0: leave the case "
+                             "out; PostgreSQL only)")
+    parser.add_argument("--skip-scaleout", action="store_true",
+                        help="leave out the second manager and agent, and the database cost per operation (PostgreSQL only)")
     args = parser.parse_args(argv)
     if min(args.rounds, args.fanout, args.chain, args.starts) < 1:
         parser.error("--rounds, --fanout, --chain and --starts must be at least 1")
-    if args.suspended < 0:
-        parser.error("--suspended must be 0 (leave it out) or more")
+    if min(args.imperative, args.history) < 0 or min(args.deliveries, args.suspended_started) < 1:
+        parser.error("--imperative and --history must be 0 (leave it out) or more, --deliveries and --suspended-started 1 or more")
     sizes = {"fanout": args.fanout, "chain": args.chain, "starts": args.starts}
 
     suffix = uuid.uuid4().hex[:8]
@@ -51,8 +66,9 @@ def main(argv=None):
 
     django.setup()
     from django.core.management import call_command
+    from django.db import connection
 
-    from bench import stop, suspended, throughput
+    from bench import history, imperative, scaleout, stop, suspended, throughput
     from tests.integration.harness import Stack, ensure_broker
 
     call_command("migrate", verbosity=0)
@@ -70,18 +86,24 @@ def main(argv=None):
             agent_process = stack.start_agent(agent, concurrency=2)
             stack.wait_for_agent(agent)
             samples, notes = ({}, {}) if args.skip_stop else stop.run(stack, agent, bench_dir, args.rounds)
+            postgres = connection.vendor == "postgresql"
             rows = throughput.run(stack, agent, args.rounds, sizes)
-            waiting = suspended.run(stack, [manager, agent_process], args.suspended) if args.suspended else []
+            replay = imperative.run(stack, agent, {"short": args.chain, "long": args.imperative}) if args.imperative else []
+            large = history.run(stack, agent, args.rounds, sizes, executions=args.history) if args.history and postgres else None
+            waiting = (suspended.run(stack, [manager, agent_process], args.suspended, deliveries=args.deliveries,
+                                     started=args.suspended_started, agent=agent) if args.suspended else [])
+            # Last: it stops the benchmark's manager and agent and starts its own.
+            scale = scaleout.run(stack, [manager, agent_process], args.rounds, sizes) if postgres and not args.skip_scaleout else None
             failed = False
         finally:
             stack.close(failed=failed, out=sys.stderr)
 
-    from django.db import connection
-
     header = (f"{datetime.now(timezone.utc):%Y-%m-%d}, {platform.machine()} {os.cpu_count()} cores, "
               f"{connection.vendor}, broker {django.conf.settings.CELERY_BROKER_URL.split(':')[0]}, "
               f"`python -m bench --rounds {args.rounds} --fanout {args.fanout} --chain {args.chain} --starts {args.starts} "
-              f"--suspended {args.suspended}`, "
+              f"--suspended {','.join(map(str, args.suspended)) or 0} --deliveries {args.deliveries} "
+              f"--suspended-started {args.suspended_started} --imperative {args.imperative} --history {args.history}"
+              f"{' --skip-scaleout' if args.skip_scaleout else ''}`, "
               f"one agent of concurrency 2, manager concurrency 2, Django DEBUG {'on' if django.conf.settings.DEBUG else 'off'}")
     sections = [header]
     if samples:
@@ -89,10 +111,27 @@ def main(argv=None):
     sections.append(throughput.report(rows))
     if waiting:
         sections.append(suspended.report(waiting))
+    if replay:
+        sections.append(imperative.report(replay))
+    if large:
+        sections.append(history.report(large))
+    if scale:
+        sections.append(scaleout.report(scale))
     table = "\n\n".join(sections)
     print(table)
     if args.output:
         args.output.write_text(table + "\n")
+
+
+def _sizes(text):
+    """``1000,100000`` -> (1000, 100000); ``0`` -> () (the case left out)."""
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of numbers, not {text!r}") from None
+    if any(size < 0 for size in sizes):
+        raise argparse.ArgumentTypeError("numbers of executions are 0 or more")
+    return tuple(size for size in sizes if size)
 
 
 if __name__ == "__main__":

@@ -95,6 +95,14 @@ def chain_of(ctx, m, agent):
     g.run()
 
 
+@workflow(name="bench_imperative_chain")
+def imperative_chain(ctx, m, agent):
+    """``m`` no-op steps on ``agent``, each awaited before the next is asked for: the
+    imperative form of ``bench_chain``, where every step is a pass of the workflow function."""
+    for i in range(m):
+        ctx.await_execute(f"c{i:05d}", noop, i, agent=agent)
+
+
 @workflow(name="bench_single")
 def single(ctx, agent):
     """One no-op step on ``agent`` (what the start-throughput case starts)."""

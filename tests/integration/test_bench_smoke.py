@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from django.db import connection
 
 from tests.integration.harness import ROOT
 
@@ -14,16 +15,25 @@ pytestmark = pytest.mark.integration
 def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
     output = tmp_path / "bench.md"
     done = subprocess.run([sys.executable, "-m", "bench", "--rounds", "1", "--output", str(output),
-                           "--fanout", "20", "--chain", "5", "--starts", "10", "--suspended", "5"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                           "--fanout", "20", "--chain", "5", "--starts", "10", "--suspended", "5,20", "--deliveries", "10", "--suspended-started", "5",
+                           "--imperative", "12", "--history", "1000"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     table = output.read_text()
     for case in ("kill, operation ignores SIGTERM: process tree gone", "cancel, cooperative operation: execution cancelled",
                  "force-cancel: execution cancelled", "celery revoke(terminate=True, signal=SIGKILL)",
                  "fan-out: 20 no-ops", "fan-in: 20 no-ops then a join", "chain: 5 sequential no-ops",
                  "chain: per step", "start throughput: 10 starts",
-                 "suspended: RSS with 5 executions waiting", "wake: 5 events delivered until all completed"):
+                 "suspended: RSS with 5 executions waiting", "wake: 5 events delivered until all completed, 5 waiting",
+                 "wake: 10 events delivered until all completed, 20 waiting", "tick: one pass with 20 waiting",
+                 "wake: rate with 20 waiting / rate with 5 waiting",
+                 "imperative chain: 5 awaited no-ops, per step", "imperative chain: 12 awaited no-ops, per step",
+                 "graph chain: 12 no-ops, per step", "imperative per step, long / short"):
         assert case in table
+    if connection.vendor == "postgresql":  # the cases that need it
+        for case in ("| large history case |", "scale-out: fan-out of 20 no-ops as 2 executions of 10",
+                     "| 2 managers, 2 agents |", "database cost per operation"):
+            assert case in table
 
 
 def test_the_admin_page_timing_runs_and_reports_its_queries():
