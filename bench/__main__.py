@@ -9,8 +9,8 @@ fan-out, fan-in, chain and start throughput (``bench/throughput.py``), execution
 event and woken at two numbers waiting (``bench/suspended.py``), an imperative chain of M and of
 L steps against a graph chain of L (``bench/imperative.py``), and on PostgreSQL the throughput
 cases again with a large history in the tables (``bench/history.py``) and with a second manager
-and agent, with the database's cost per operation (``bench/scaleout.py``, last: it stops the
-benchmark's own manager and agent).
+and agent, with the database's cost per operation (``bench/scaleout.py``). The waiting executions
+come last: they are left waiting.
 """
 
 import argparse
@@ -90,10 +90,14 @@ def main(argv=None):
             rows = throughput.run(stack, agent, args.rounds, sizes)
             replay = imperative.run(stack, agent, {"short": args.chain, "long": args.imperative}) if args.imperative else []
             large = history.run(stack, agent, args.rounds, sizes, executions=args.history) if args.history and postgres else None
+            # It stops the benchmark's manager and agent and starts its own; they start again after it.
+            scale = scaleout.run(stack, [manager, agent_process], args.rounds, sizes) if postgres and not args.skip_scaleout else None
+            if scale:
+                manager, agent_process = stack.restart(manager), stack.restart(agent_process)
+                stack.wait_for_agent(agent)
+            # Last: it leaves its executions waiting (a manager started after would carry them all on).
             waiting = (suspended.run(stack, [manager, agent_process], args.suspended, deliveries=args.deliveries,
                                      started=args.suspended_started, agent=agent) if args.suspended else [])
-            # Last: it stops the benchmark's manager and agent and starts its own.
-            scale = scaleout.run(stack, [manager, agent_process], args.rounds, sizes) if postgres and not args.skip_scaleout else None
             failed = False
         finally:
             stack.close(failed=failed, out=sys.stderr)
