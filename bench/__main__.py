@@ -37,8 +37,8 @@ def main(argv=None):
     parser.add_argument("--suspended", type=_sizes, default=(1000, 100000),
                         help="W,W…: executions waiting for an event at once, one measurement per number (0: leave the case out)")
     parser.add_argument("--deliveries", type=int, default=10000, help="D: events delivered at each number waiting")
-    parser.add_argument("--suspended-started", type=int, default=1000,
-                        help="S: of those waiting, how many are started through the engine (the others are their copies)")
+    parser.add_argument("--suspended-started", type=int, default=10000,
+                        help="S: executions started through the engine and left waiting, last, for their memory")
     parser.add_argument("--imperative", type=int, default=10000,
                         help="L: steps of the long imperative and graph chains (the short one has M; 0: leave the case out)")
     parser.add_argument("--history", type=int, default=100000,
@@ -49,8 +49,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if min(args.rounds, args.fanout, args.chain, args.starts) < 1:
         parser.error("--rounds, --fanout, --chain and --starts must be at least 1")
-    if min(args.imperative, args.history) < 0 or min(args.deliveries, args.suspended_started) < 1:
-        parser.error("--imperative and --history must be 0 (leave it out) or more, --deliveries and --suspended-started 1 or more")
+    if min(args.imperative, args.history) < 0 or args.deliveries < 1 or args.suspended_started < 2:
+        parser.error("--imperative and --history must be 0 (leave it out) or more, --deliveries 1 or more and "
+                     "--suspended-started 2 or more")
     sizes = {"fanout": args.fanout, "chain": args.chain, "starts": args.starts}
 
     suffix = uuid.uuid4().hex[:8]
@@ -87,7 +88,7 @@ def main(argv=None):
             stack.wait_for_agent(agent)
             samples, notes = ({}, {}) if args.skip_stop else stop.run(stack, agent, bench_dir, args.rounds)
             postgres = connection.vendor == "postgresql"
-            rows = throughput.run(stack, agent, args.rounds, sizes)
+            rows = throughput.run(stack, agent, args.rounds, sizes, processes=[manager, agent_process])
             replay = imperative.run(stack, agent, {"short": args.chain, "long": args.imperative}) if args.imperative else []
             large = history.run(stack, agent, args.rounds, sizes, executions=args.history) if args.history and postgres else None
             # It stops the benchmark's manager and agent and starts its own; they start again after it.

@@ -1,19 +1,23 @@
 """Executions waiting on an event (issue 7, case 5; issue 19, target 2): their memory, and how
 fast they wake when few or many wait.
 
-1. ``started`` executions of ``bench_wait_event`` are started through ``services.start`` and
-   suspend on ``ctx.await_event("go")``; the time until all wait is taken, and the RSS of the
-   manager and agent process trees (each process and its Celery pool processes) before and
-   after: (after − before) / ``started`` is the memory a waiting execution holds in them (a
-   waiting execution is rows, no thread or process: it can be about 0, even negative).
-2. For each size W of ``waiting``, smallest first, the executions waiting in total are made W
-   by cloning one of them in bulk (:func:`clone_waiting`: the rows the engine wrote for it, new
-   ids and token), the tables are analysed, and ``deliveries`` of them (all W when fewer), taken
-   at random, get their event one after another through ``services.send_event`` (what ``POST
-   /executions/{id}/events`` calls); the time until all of them are ``completed`` gives the
-   wake rate. The database bytes per waiting execution (its rows and their index entries) and
-   the tick's pass with W waiting (in this process, the sweep for lost wake-ups included) are
-   measured too.
+1. For each size W of ``waiting``, smallest first, the executions waiting in total are made W
+   by cloning one started through the engine in bulk (:func:`clone_waiting`: the rows the engine
+   wrote for it, new ids and token), the tables are analysed, and ``deliveries`` of them (all W
+   when fewer), taken at random, get their event one after another through
+   ``services.send_event`` (what ``POST /executions/{id}/events`` calls); the time until all of
+   them are ``completed`` gives the wake rate. The database bytes per waiting execution (its
+   rows and their index entries) and the tick's pass with W waiting (in this process, the sweep
+   for lost wake-ups included) are measured too.
+2. Last, on top of those still waiting, ``started`` executions are started through
+   ``services.start`` and suspend on ``ctx.await_event("go")``; the time until all wait is
+   taken, and the RSS of the manager and agent process trees (each process and its Celery pool
+   processes) before, once the first ``FIRST`` wait, and once all wait. The first fill what
+   does not grow with the number waiting: each dispatcher process's live runs (at most
+   ``WORKFLOW_CACHE_SIZE``, ``engine/live.py``) and the buffers of a burst of starts. What each
+   further one adds, (all − first) / (``started`` − ``FIRST``), is the memory a waiting
+   execution holds in them (a waiting execution is rows, no thread or process: about 0). A
+   clone never passes through the processes, so it cannot show this.
 
 Plain Celery has no durable wait: a task that waits for an event holds a worker slot — a pool
 process — for as long as it waits. Its memory column is that cost: the RSS of one idle pool
@@ -33,6 +37,7 @@ from django.utils import timezone
 
 from bench.workflows import CELERY_NOOP
 from workflows_app import services
+from workflows_app.conf import workflows_settings
 from workflows_app.engine import timers
 from workflows_app.models import Event, Execution, Wait
 from workflows_app.models.execution import hash_token, new_token
@@ -47,7 +52,10 @@ BATCH = 500
 CHUNK = 1000
 DEFAULT_WAITING = (1_000, 100_000)
 DEFAULT_DELIVERIES = 10_000
-DEFAULT_STARTED = 1_000
+DEFAULT_STARTED = 10_000
+#: Of those started, the first ones: they fill the live-run caches (at most ``WORKFLOW_CACHE_SIZE``
+#: a dispatcher process) and the buffers of a burst, which do not grow with the number waiting.
+FIRST = 1_000
 #: Tick passes timed at each size (their median is reported).
 TICK_PASSES = 5
 
@@ -206,18 +214,34 @@ def _celery_rate(agent, count):
     return count / (time.monotonic() - began)
 
 
+def _start_waiting(tag, count, already):
+    """Start ``count`` executions of the run ``tag`` (``already`` of them wait), ``BATCH`` to a
+    transaction, and return their ids once all of them wait."""
+    ids = []
+    for first in range(0, count, BATCH):
+        with transaction.atomic():
+            ids += [services.start("bench_wait_event", {"run": tag}).pk for _ in range(first, min(count, first + BATCH))]
+    _wait_until(lambda: _waiting(tag) == already + count, f"{already + count} executions suspended on their wait")
+    return ids
+
+
+def _settled_rss(pids) -> int:
+    """The RSS of the trees of ``pids``, the workers given a second to settle after a burst."""
+    time.sleep(1.0)
+    return sum(tree_rss(pid) for pid in pids)
+
+
 def run(stack, processes, waiting=DEFAULT_WAITING, *, deliveries=DEFAULT_DELIVERIES, started=DEFAULT_STARTED,
         agent=None):
     """Measure the case; ``processes``: the manager's and the agent's ``StackProcess``;
     ``waiting``: the sizes (one number: one size); ``agent``: the agent's queue, for the Celery
-    column of the wake rates. ``started`` of the waiting executions (at most the fewest) are
-    started through the engine, the others are their clones. Returns the rows of :func:`report`."""
+    column of the wake rates; ``started``: the executions started through the engine, last, for
+    the memory. Returns the rows of :func:`report`."""
     tag = uuid.uuid4().hex[:8]
     pids = [p.pid for p in processes]
     waiting = sorted([waiting] if isinstance(waiting, int) else waiting)
-    started = min(started, waiting[0])
-    if started < 1 or deliveries < 1:
-        raise ValueError("benchmark: at least one execution waiting, one started and one delivery")
+    if started < 2 or deliveries < 1:
+        raise ValueError("benchmark: at least two executions started and one delivery")
 
     # Warm up (imports, connections, pool processes) with one execution, untimed.
     warm = services.start("bench_wait_event", {"run": f"{tag}-warm"})
@@ -225,35 +249,11 @@ def run(stack, processes, waiting=DEFAULT_WAITING, *, deliveries=DEFAULT_DELIVER
     services.send_event(warm.pk, "go", "warm")
     _wait_until(lambda: Execution.objects.filter(pk=warm.pk, status=ExecutionStatus.COMPLETED).exists(), "the warm-up")
 
-    before = sum(tree_rss(pid) for pid in pids)
-    began = time.monotonic()
-    pool = []
-    for first in range(0, started, BATCH):
-        with transaction.atomic():
-            pool += [services.start("bench_wait_event", {"run": tag}).pk for _ in range(first, min(started, first + BATCH))]
-    _wait_until(lambda: _waiting(tag) == started, f"{started} executions suspended on their wait")
-    suspend_seconds = time.monotonic() - began
-    time.sleep(1.0)  # let the workers settle after the burst
-    after = sum(tree_rss(pid) for pid in pids)
-    per_pool_process = pool_process_rss(processes[-1].pid)
-
     mb = 1024 * 1024
-    rows = [
-        ("suspended: RSS of manager + agent trees, idle (MB)", before / mb, None, ""),
-        (f"suspended: RSS with {started} executions waiting (MB)", after / mb, (before + started * per_pool_process) / mb,
-         f"Celery: idle RSS + {started} × one pool process ({per_pool_process / mb:.1f} MB), a task blocked in a worker "
-         "per waiting run"),
-        ("suspended: memory per waiting execution (bytes)", (after - before) / started, per_pool_process,
-         f"Switchyard: (after − before) / {started} started through the engine, as measured (a waiting execution is "
-         "rows); Celery: one worker slot each"),
-        (f"suspended: {started} starts until all wait (s)", suspend_seconds, None,
-         "services.start, 500 to a transaction; manager concurrency as above"),
-    ]
-    rates = {}
+    rows, rates, pool = [], {}, []
     for size in waiting:
         if not pool:  # all woken: one more, through the engine, to clone
-            pool.append(services.start("bench_wait_event", {"run": tag}).pk)
-            _wait_until(lambda: _waiting(tag) == 1, "the execution to clone suspended on its wait")
+            pool = _start_waiting(tag, 1, 0)
         size_before = database_bytes()
         began = time.monotonic()
         cloned = clone_waiting(pool[0], size - len(pool)) if size > len(pool) else []
@@ -267,14 +267,11 @@ def run(stack, processes, waiting=DEFAULT_WAITING, *, deliveries=DEFAULT_DELIVER
         pool += cloned
         random.shuffle(pool)
         targets, pool = pool[:deliveries], pool[deliveries:]
-        rss = sum(tree_rss(pid) for pid in pids)
         tick, sweep = tick_pass_ms()
         seconds, delivered = _wake(targets)
         rates[size] = len(targets) / seconds
         celery = _celery_rate(agent, len(targets)) if agent else None
         rows += [
-            (f"suspended: RSS of manager + agent trees with {size} waiting (MB)", rss / mb, None,
-             "a clone never passed through them: the memory a waiting execution holds in them is the started ones'"),
             (f"tick: one pass with {size} waiting (ms)", tick, None,
              f"median of {TICK_PASSES} passes of the engine's tick, in the benchmark's process; with the sweep for lost "
              f"wake-ups (one pass in {timers.SWEEP_EVERY_SECONDS} s): {sweep:.1f} ms"),
@@ -288,6 +285,36 @@ def run(stack, processes, waiting=DEFAULT_WAITING, *, deliveries=DEFAULT_DELIVER
         fewest, most = waiting[0], waiting[-1]
         rows.append((f"wake: rate with {most} waiting / rate with {fewest} waiting", rates[most] / rates[fewest], None,
                      "target: at least 0.67 (within 1.5×)"))
+
+    # Memory, last: ``started`` more through the engine, on top of those still waiting.
+    still = len(pool)
+    before = _settled_rss(pids)
+    first = min(FIRST, started // 2)
+    began = time.monotonic()
+    _start_waiting(f"{tag}-memory", first, 0)
+    suspend_seconds = time.monotonic() - began
+    filled = _settled_rss(pids)
+    began = time.monotonic()
+    _start_waiting(f"{tag}-memory", started - first, first)
+    suspend_seconds += time.monotonic() - began
+    after = _settled_rss(pids)
+    per_pool_process = pool_process_rss(processes[-1].pid)
+    rows += [
+        (f"suspended: RSS of manager + agent trees, {still} waiting (MB)", before / mb, None,
+         "after the wake-ups above; a clone never passed through the processes"),
+        (f"suspended: RSS once the first {first} started wait (MB)", filled / mb, None,
+         f"+{(filled - before) / mb:.1f} MB: the live runs each dispatcher process keeps (at most "
+         f"WORKFLOW_CACHE_SIZE = {workflows_settings.WORKFLOW_CACHE_SIZE} each) and a burst's buffers, which do not grow "
+         "with the number waiting"),
+        (f"suspended: RSS once all {started} started wait (MB)", after / mb, (before + started * per_pool_process) / mb,
+         f"Celery: that RSS + {started} × one pool process ({per_pool_process / mb:.1f} MB), a task blocked in a worker "
+         "per waiting run"),
+        ("suspended: memory per waiting execution (bytes)", (after - filled) / (started - first), per_pool_process,
+         f"Switchyard: what each started after the first {first} adds, (all − first) / {started - first}; over all "
+         f"{started}, the fixed part included: {(after - before) / started:,.0f} B; Celery: one worker slot each"),
+        (f"suspended: {started} starts until all wait (s)", suspend_seconds, None,
+         f"services.start, {BATCH} to a transaction; manager concurrency as above"),
+    ]
     return rows
 
 

@@ -10,6 +10,11 @@ and agent worker processes (the plain Celery tasks go to the agent's queue).
    per second / K ``send_task`` of the no-op per second. What the starts started is waited for
    (untimed) before the next case.
 
+Given the manager's and the agent's processes, each round also takes the CPU every part of the
+machine spends (``bench/cpu.py``) on the fan-out and the ``group``, per operation, and on the
+starts and the ``send_task`` s, per start until its execution completed and per message until its
+task ran.
+
 The Celery side needs a result backend (the project has one whenever the broker is Redis);
 without one its column reads ``n/a``.
 """
@@ -17,8 +22,10 @@ without one its column reads ``n/a``.
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 
+from bench import cpu
 from bench.workflows import CELERY_NOOP
 
 POLL = 0.005
@@ -32,7 +39,11 @@ class Row:
     case: str
     switchyard: list
     celery: list
-    unit: str = "s"  # "s": seconds, lower is better; "/s": per second, higher is better
+    unit: str = "s"  # "s": seconds, lower is better; "/s": per second, higher is better; "ms": lower is better
+    #: CPU samples of each side (``cpu.Meter``), when the row is a CPU row: its note breaks them down.
+    cpu: dict = field(default_factory=dict)
+    #: For a CPU row, the wall time per unit of work (ms) of each side, for how busy the cores were.
+    wall: dict = field(default_factory=dict)
 
 
 def _wait_completed(execution_id, timeout=TIMEOUT):
@@ -99,7 +110,9 @@ def _sends(app, k, agent):
     return k / (time.monotonic() - began), results
 
 
-def run(stack, agent, rounds, sizes=None):
+def run(stack, agent, rounds, sizes=None, processes=None):
+    """The rows of :func:`report`; ``processes``: the manager's and the agent's ``StackProcess``,
+    for the CPU rows (left out without them)."""
     from celery import chain, chord, group
 
     from switchyard.celery import app
@@ -119,43 +132,79 @@ def run(stack, agent, rounds, sizes=None):
     )}
     rows["starts"] = Row(f"start throughput: {k} starts (Switchyard: POST /executions 201s; Celery: send_task)",
                          [], [], unit="/s")
+    meters = {}
+    if processes:
+        for key, case in (("fanout cpu", f"fan-out: CPU per operation, every process on the machine ({n} no-ops)"),
+                          ("starts cpu", f"start throughput: CPU per start until its execution completed (Celery: per "
+                                         f"send_task until its task ran; {k} starts)")):
+            rows[key] = Row(case, [], [], unit="ms")
+            meters[key] = {side: cpu.Meter(*(process.pid for process in processes)) for side in ("switchyard", "celery")}
+
+    def metered(key, side, count):
+        return meters[key][side].measure(count) if key in meters else nullcontext()
+
     client = _api_client()
 
-    # Warm up both sides (imports, connections, pool processes), untimed.
+    # Warm up both sides (imports, connections, pool processes, the API's first requests), untimed.
     _switchyard("bench_fan_in", {"n": 2, "agent": agent})
+    for execution_id in _starts(client, 5, agent)[1]:
+        _wait_completed(execution_id)
     if has_backend:
         _celery(group(noops(2)))
         _celery(chord(noops(2), noop.clone()))
+        for result in _sends(app, 5, agent)[1]:
+            result.get(timeout=TIMEOUT, interval=POLL)
+            result.forget()
 
     for round_ in range(1, rounds + 1):
-        rows["fanout"].switchyard.append(_switchyard("bench_fan_out", {"n": n, "agent": agent}))
+        with metered("fanout cpu", "switchyard", n):
+            rows["fanout"].switchyard.append(_switchyard("bench_fan_out", {"n": n, "agent": agent}))
         rows["fanin"].switchyard.append(_switchyard("bench_fan_in", {"n": n, "agent": agent}))
         rows["chain"].switchyard.append(_switchyard("bench_chain", {"m": m, "agent": agent}))
         if has_backend:
-            rows["fanout"].celery.append(_celery(group(noops(n))))
+            with metered("fanout cpu", "celery", n):
+                rows["fanout"].celery.append(_celery(group(noops(n))))
             rows["fanin"].celery.append(_celery(chord(noops(n), noop.clone())))
             rows["chain"].celery.append(_celery(chain(noops(m))))
         for key in ("fanout", "fanin", "chain"):
             _progress(round_, rows[key])
 
-        rate, ids = _starts(client, k, agent)
+        began = time.monotonic()
+        with metered("starts cpu", "switchyard", k):
+            rate, ids = _starts(client, k, agent)
+            for execution_id in ids:  # untimed (but its CPU counted): let them finish before the next measurement
+                _wait_completed(execution_id)
+        starts_wall = time.monotonic() - began
         rows["starts"].switchyard.append(rate)
-        for execution_id in ids:  # untimed: let them finish before the next measurement
-            _wait_completed(execution_id)
-        rate, results = _sends(app, k, agent)
+        began = time.monotonic()
+        with metered("starts cpu", "celery", k):
+            rate, results = _sends(app, k, agent)
+            if has_backend:
+                for result in results:
+                    result.get(timeout=TIMEOUT, interval=POLL)
+                    result.forget()
+        sends_wall = time.monotonic() - began
+        if not has_backend:
+            time.sleep(1.0)
         rows["starts"].celery.append(rate)
         _progress(round_, rows["starts"])
-        if has_backend:
-            for result in results:
-                result.get(timeout=TIMEOUT, interval=POLL)
-                result.forget()
-        else:
-            time.sleep(1.0)
+        if "starts cpu" in meters:
+            rows["starts cpu"].wall.setdefault("switchyard", []).append(starts_wall / k * 1000)
+            rows["starts cpu"].wall.setdefault("celery", []).append(sends_wall / k * 1000)
 
     out = [rows["fanout"], rows["fanin"], rows["chain"]]
     per_step = Row(f"chain: per step (total / {m}), ms", [v / m * 1000 for v in rows["chain"].switchyard],
                    [v / m * 1000 for v in rows["chain"].celery], unit="ms")
     out += [per_step, rows["starts"]]
+    if meters:
+        rows["fanout cpu"].wall = {"switchyard": [v / n * 1000 for v in rows["fanout"].switchyard],
+                                   "celery": [v / n * 1000 for v in rows["fanout"].celery]}
+        for key in ("fanout cpu", "starts cpu"):
+            row = rows[key]
+            for side in ("switchyard", "celery"):
+                row.cpu[side] = meters[key][side].samples
+                getattr(row, side).extend(sum(sample.values()) for sample in row.cpu[side])
+            out.append(row)
     return out
 
 
@@ -182,13 +231,22 @@ def report(rows):
         if row.switchyard and row.celery:
             a, b = statistics.median(row.switchyard), statistics.median(row.celery)
             ratio = f"{a / b:.2f}" if b else "n/a"
-            if row.unit == "ms":
+            if row.unit == "ms" and not row.cpu:
                 note = f"Switchyard − Celery: {a - b:+.1f} ms per step"
+        if row.cpu:
+            note = "; ".join(f"{side.capitalize()}: {_breakdown(row, side)}" for side in ("switchyard", "celery")
+                             if row.cpu.get(side))
         unit = {"s": "s", "/s": "starts/s", "ms": "ms"}[row.unit]
         if row.unit == "/s":
             note = (note + " " if note else "") + "per second: higher is better"
         lines.append(f"| {row.case} ({unit}) | {sy} | {ce} | {ratio} | {note} |")
     return "\n".join(lines)
+
+
+def _breakdown(row, side) -> str:
+    """The median CPU of each part (ms) and how busy the cores were."""
+    wall = statistics.median(row.wall[side]) if row.wall.get(side) else None
+    return cpu.describe(cpu.median(row.cpu[side]), wall)
 
 
 __all__ = ["run", "report", "DEFAULT_SIZES"]
