@@ -7,6 +7,9 @@ on the database, the messages it would send are recorded (``outbox``). Transacti
 real (``transaction=True``): a run is kept only once its pass committed.
 """
 
+import gc
+import weakref
+
 import pytest
 from django.test import override_settings
 from django.utils import timezone
@@ -146,6 +149,25 @@ def test_an_evicted_run_unwinds_without_storing_anything():
     waiting = advance(waiting)  # replays: the wait takes the event and the code goes on
     assert waiting.payload == {"go": {"user": "ann"}}
     assert list(Operation.objects.filter(execution_id=waiting.pk).values_list("name", flat=True)) == ["cleanup"]
+
+
+@override_settings(WORKFLOWS={"WORKFLOW_CACHE_SIZE": 1})
+def test_a_closed_run_is_freed_when_it_closes_not_by_the_garbage_collector():
+    """Evicted or ended, a run's memory comes back at once, not at one of the cyclic garbage
+    collector's full passes, which in a busy worker may come thousands of executions later."""
+    gc.collect()
+    gc.disable()
+    try:
+        evicted = advance(services.start("it_cleanup_after_event", {}))
+        evicted_context = weakref.ref(live._cache.runs[evicted.pk].ctx)
+        ended = advance(services.start("it_counted_chain", {"n": 1, "tag": "freed"}))  # evicts the first
+        assert evicted_context() is None
+        ended_context = weakref.ref(live._cache.runs[ended.pk].ctx)
+        succeed_current(ended)
+        assert advance(ended).status == ExecutionStatus.COMPLETED
+        assert ended_context() is None
+    finally:
+        gc.enable()
 
 
 def test_a_pass_that_rolls_back_keeps_no_run(monkeypatch):
