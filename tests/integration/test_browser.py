@@ -130,6 +130,8 @@ def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, b
     expect(page.locator("ul.messagelist")).to_contain_text(f"execution {execution.pk} is now")
     expect(page.locator("#sy-status")).to_have_attribute("data-status", "cancelled", timeout=60_000)
     expect(page.locator('g.sy-node[data-name="join"]')).to_have_attribute("data-state", "cancelled", timeout=10_000)
+    # The page followed the status in place: the operator's message is still there to read.
+    expect(page.locator("ul.messagelist")).to_contain_text(f"execution {execution.pk} is now")
     page.screenshot(path=str(screenshots / "execution-cancelled.png"), full_page=True)
     execution.refresh_from_db()
     assert execution.status == "cancelled"

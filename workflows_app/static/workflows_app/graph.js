@@ -1,15 +1,36 @@
 /* The execution page's picture of its graph: laid out by dagre (a static file of this project),
    drawn as SVG, one box per operation labelled with its step name and state, an arrow per
-   dependency. Refreshed every few seconds while the execution is active; the page reloads when
-   the execution's status changes, so the summary, operations and events follow it. */
+   dependency. Refreshed every few seconds while the execution is active. When the execution's
+   status changes, the page's content (summary, actions, operations, events) is replaced by a
+   fresh copy of it, and the admin's messages above it stay: a full reload would drop the message
+   an operator's start or cancel left, often before they could read it. */
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
-  var box = document.getElementById("sy-graph");
-  if (!box || typeof dagre === "undefined") { return; }
-  var shownStatus = box.dataset.status;
-  var refreshMs = parseInt(box.dataset.refreshMs, 10) || 2000;
-  var drawnShape = null;
+  var box, shownStatus, refreshMs, drawnShape;
+
+  function watch() {
+    box = document.getElementById("sy-graph");
+    if (!box || typeof dagre === "undefined") { return; }
+    shownStatus = box.dataset.status;
+    refreshMs = parseInt(box.dataset.refreshMs, 10) || 2000;
+    drawnShape = null;
+    refresh();
+  }
+
+  /* The page as the server renders it now, in the place of the content shown; then watched again. */
+  function renew() {
+    fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (response) { if (!response.ok) { throw new Error(response.status); } return response.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("content-main");
+        var shown = document.getElementById("content-main");
+        if (!fresh || !shown) { throw new Error("no content"); }
+        shown.replaceWith(document.importNode(fresh, true));
+        watch();
+      })
+      .catch(function () { window.location.reload(); });
+  }
 
   function el(name, attrs, parent) {
     var node = document.createElementNS(SVG, name);
@@ -76,7 +97,7 @@
     fetch(box.dataset.url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) { if (!response.ok) { throw new Error(response.status); } return response.json(); })
       .then(function (data) {
-        if (data.status !== shownStatus || data.too_large) { window.location.reload(); return; }
+        if (data.status !== shownStatus || data.too_large) { renew(); return; }
         if (shape(data) !== drawnShape) { draw(data); drawnShape = shape(data); }
         paint(data);
         if (data.active) { window.setTimeout(refresh, refreshMs); }
@@ -84,5 +105,5 @@
       .catch(function () { window.setTimeout(refresh, refreshMs * 2); });
   }
 
-  refresh();
+  watch();
 }());
