@@ -22,6 +22,7 @@ from celery.worker.control import control_command
 from django.db import connections
 
 from agents.worker import local
+from agents.worker.forks import no_fork_meanwhile
 from workflows_app.dispatch import KILL_COMMAND, RUNNING_COMMAND
 from workflows_app.engine import reports
 
@@ -92,7 +93,8 @@ def _watch(targets, grace):
     gone = [attempt for attempt in gone if attempt is not None]
     if gone:
         try:
-            reports.record_processes_gone(gone)
+            with no_fork_meanwhile():  # Celery forks the replacement of the pool process just killed
+                reports.record_processes_gone(gone)
         except Exception:  # the engine waits at most the grace for it: a lost report only slows it
             logger.exception("kill: could not report the stopped attempts %s", gone)
         finally:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from agents.worker import local, pool
+from agents.worker.forks import no_fork_meanwhile
 from agents.worker.control import terminate
 from workflows_app import outages
 from workflows_app.conf import workflows_settings
@@ -91,8 +92,9 @@ class Ticker(threading.Thread):
 
     def turn(self):
         try:
-            close_old_connections()
-            self.fn()
+            with no_fork_meanwhile():
+                close_old_connections()
+                self.fn()
         except Exception as exc:
             if not self.database.failed(exc):
                 logger.exception("%s failed", self.name)
@@ -171,9 +173,10 @@ def hand_back(keys, reason):
             continue
         operation_id, _, attempt = key.rpartition(".")
         try:
-            operation = Operation.objects.filter(pk=operation_id).first()
-            if operation is not None and operation.attempt == int(attempt) and operation.state == OperationState.STARTED:
-                reports.record_lost(operation, operation.attempt, reason)
+            with no_fork_meanwhile():
+                operation = Operation.objects.filter(pk=operation_id).first()
+                if operation is not None and operation.attempt == int(attempt) and operation.state == OperationState.STARTED:
+                    reports.record_lost(operation, operation.attempt, reason)
         except Exception:
             logger.exception("could not hand back %s", key)
     terminate(keys, float(workflows_settings.KILL_GRACE_SECONDS))
