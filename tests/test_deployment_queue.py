@@ -13,8 +13,8 @@ from workflows_app.transitions import execution_transition
 
 
 def advances(callbacks):
-    """The start messages among captured on-commit callbacks (services.start sends one)."""
-    return [cb for cb in callbacks if cb.__qualname__.startswith("start.")]
+    """The start messages among captured on-commit callbacks (engine.starts.create sends one)."""
+    return [cb for cb in callbacks if cb.__qualname__.startswith("create.")]
 
 
 def status(execution):

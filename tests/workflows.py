@@ -580,3 +580,79 @@ def cleanup_after_event(ctx):
         ctx.set_payload({"go": ctx.await_event("go")})
     finally:
         ctx.execute("cleanup", add, 1, agent="a1")
+
+
+# --- child workflows (tests/test_children.py, tests/integration/test_children.py) ---------------
+
+@workflow(name="it_child")
+def child_workflow(ctx, agent, other_agent, tag, fail=False, seconds=0.0):
+    """Two steps on two agents: ``first`` on ``agent`` (sleeps ``seconds``), then ``second`` on
+    ``other_agent``, which fails for good with ``fail``. Its payload: the tag and both results."""
+    first = ctx.await_execute("first", step, f"{tag}-first", sleep=seconds, agent=agent)
+    second = ctx.await_execute("second", step, f"{tag}-second", fail="nonrecoverable" if fail else None, agent=other_agent)
+    ctx.set_payload({"tag": tag, "results": [first, second]})
+
+
+@workflow(name="it_parent")
+def parent_workflow(ctx, agent, other_agent, children=3, failing=(), catch=False, seconds=0.0):
+    """``children`` children (it_child) started at once, then awaited in order; the payload
+    combines theirs. A child in ``failing`` fails; with ``catch`` the parent compensates it with
+    the step ``undo-<child>`` and goes on."""
+    handles = [ctx.execute_workflow(f"child{i}", child_workflow, agent=agent, other_agent=other_agent, tag=f"c{i}",
+                                    fail=i in failing, seconds=seconds) for i in range(children)]
+    tags = []
+    for handle in handles:
+        try:
+            tags.append(handle.wait()["tag"])
+        except StepFailed:
+            if not catch:
+                raise
+            ctx.await_execute(f"undo-{handle.name}", step, f"undo-{handle.name}", agent=agent)
+            tags.append(None)
+    ctx.set_payload({"children": tags})
+
+
+@workflow(name="it_tree")
+def tree_workflow(ctx, agent, depth, leaf="step", tag="leaf", fanout=1):
+    """A tree of executions ``depth`` deep, ``fanout`` children each; each leaf runs ``leaf``:
+    "step" (quick), "wait" (it_wait_cancel for 60 s) or "stubborn" (ignores SIGTERM). The
+    payload counts the leaves below."""
+    if depth > 1:
+        handles = [ctx.execute_workflow(f"sub{i}", "it_tree", agent=agent, depth=depth - 1, leaf=leaf,
+                                        tag=f"{tag}.{i}", fanout=fanout) for i in range(fanout)]
+        ctx.set_payload({"leaves": sum(result["leaves"] for result in ctx.all_of(*handles).wait())})
+        return
+    if leaf == "stubborn":
+        ctx.await_execute("leaf", stubborn, tag, agent=agent)
+    elif leaf == "wait":
+        ctx.await_execute("leaf", wait_cancel, tag, seconds=60.0, agent=agent)
+    else:
+        ctx.await_execute("leaf", step, tag, agent=agent)
+    ctx.set_payload({"leaves": 1})
+
+
+@workflow(name="it_child_left_running")
+def child_left_running(ctx, agent, how="fail", deployment_id=None):
+    """Starts the child ``sub`` (a leaf of it_tree that waits 60 s) and never awaits it; awaits
+    ``quick``; then ends as ``how`` says: "fail" (ctx.fail), "cancel" (ctx.cancel) or "return"."""
+    ctx.execute_workflow("sub", "it_tree", agent=agent, depth=1, leaf="wait", tag="left", deployment_id=deployment_id)
+    ctx.await_execute("quick", step, "quick", agent=agent)
+    if how == "fail":
+        ctx.fail("the parent gives up")
+    if how == "cancel":
+        ctx.cancel("the parent cancels itself")
+
+
+@workflow(name="it_bad_child")
+def bad_child(ctx, kind):
+    """Asks for a child of an unknown workflow ("unknown") or with parameters it does not take."""
+    if kind == "unknown":
+        ctx.await_workflow("sub", "it_nope")
+    else:
+        ctx.await_workflow("sub", "it_tree", agent="a1", colour="red")
+
+
+@workflow(name="it_parent_of")
+def parent_of(ctx, workflow, params):
+    """One child of ``workflow`` with ``params``; its payload is the child's."""
+    ctx.set_payload(ctx.await_workflow("child", workflow, **params))

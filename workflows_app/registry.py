@@ -173,6 +173,15 @@ def operation_name(op) -> str:
     raise RegistrationError(f"{op!r} is not a registered operation (decorate it with @operation)")
 
 
+def workflow_name(wf) -> str:
+    """The registered name of ``wf``: a ``WorkflowDef`` (what ``@workflow`` returns) or a name."""
+    if isinstance(wf, WorkflowDef):
+        return wf.name
+    if isinstance(wf, str):
+        return get_workflow(wf).name
+    raise RegistrationError(f"{wf!r} is not a registered workflow (decorate it with @workflow)")
+
+
 def workflows() -> dict:
     load_workflow_modules()
     return dict(_workflows)

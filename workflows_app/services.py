@@ -4,16 +4,13 @@ Each returns the execution as it left it; a refused action raises ``ActionRefuse
 changed) and an unknown id ``Execution.DoesNotExist``.
 """
 
-from contextlib import nullcontext
 
 from django.db import DatabaseError, transaction
 
 from workflows_app import dispatch
-from workflows_app.conf import workflows_settings
-from workflows_app.engine import failures, queueing, steps, stopping, waits
-from workflows_app.errors import ActionRefused, ExistingRunningExecution, ParameterError
+from workflows_app.engine import resuming, starts, steps, stopping, waits
+from workflows_app.errors import ActionRefused, ParameterError
 from workflows_app.models import Event, Execution
-from workflows_app.registry import get_workflow
 from workflows_app.states import (
     EXECUTION_TERMINAL,
     EXECUTION_TRANSITIONS,
@@ -22,9 +19,8 @@ from workflows_app.states import (
     OPERATION_RESUMABLE,
     EventType,
     ExecutionStatus,
-    FailureMode,
 )
-from workflows_app.transitions import create_execution, execution_transition, record_event
+from workflows_app.transitions import execution_transition, record_event
 
 
 def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None,
@@ -37,36 +33,10 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
     Raises ``RegistrationError`` for an unknown workflow and ``ParameterError`` for
     parameters that do not fit it.
     """
-    definition = get_workflow(workflow_id)
-    parameters = {} if parameters is None else parameters
-    definition.check_parameters(parameters)
-    failure_mode = failure_mode or definition.failure_mode or workflows_settings.FAILURE_MODE
-    if failure_mode not in FailureMode.values:
-        raise ParameterError(f"failure_mode must be one of {FailureMode.values}, not {failure_mode!r}")
-    execution = Execution(
-        workflow_id=definition.name,
-        parameters=parameters,
-        deployment_id=deployment_id,
-        failure_mode=failure_mode,
-        timeout=timeout if timeout is not None else definition.timeout,
-        wait_after_fail=wait_after_fail if wait_after_fail is not None else workflows_settings.WAIT_AFTER_FAIL,
-        is_dry_run=dry_run,
-        created_by=created_by,
-    )
-    created = Event(type=EventType.LOG, message=f"created: {definition.name}", data={"parameters": parameters})
-    checks_holder = bool(deployment_id) and not force
-    # Without a deployment to check, the execution and its event are stored by one statement
-    # (create_execution), which needs no transaction of its own; on_commit then sends at once
-    # (or, in a caller's transaction, once it commits).
-    with transaction.atomic() if checks_holder else nullcontext():
-        create_execution(execution, created)
-        holder = queueing.active_of(deployment_id) if checks_holder else None
-        if holder is not None and holder != execution.pk:
-            if not queue:
-                raise ExistingRunningExecution(deployment_id, holder)  # rolls the new row back
-            return execution_transition(execution, ExecutionStatus.QUEUED, message=f"queued behind {holder}")
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
-    return execution
+    execution, created = starts.build(workflow_id, parameters, deployment_id=deployment_id, failure_mode=failure_mode,
+                                      timeout=timeout, wait_after_fail=wait_after_fail, dry_run=dry_run,
+                                      created_by=created_by)
+    return starts.create(execution, created, queue=queue, force=force)
 
 
 def send_event(execution_id, name, payload=None) -> Event:
@@ -190,14 +160,7 @@ def _resume(execution_id, action, allowed, reset_states) -> Execution:
     _refuse_unless(Execution.objects.get(pk=execution_id), action, allowed)  # before any dispatcher is stopped
     with transaction.atomic():
         execution = _refuse_unless(_locked_or_stop_dispatcher(execution_id), action, allowed)
-        previous = execution.status
-        execution_transition(execution, ExecutionStatus.STARTED, renew_token=True, error="",
-                             message=f"{action} requested ({previous} -> started)",
-                             data={"action": action, "error": execution.error[:2000]})
-        steps.reset(execution, reset_states, f"reset by {action}")
-        failures.skip_backoff(execution)
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
-    return execution
+        return resuming.resume(execution, action, reset_states)
 
 
 def _refuse_unless(execution, action, allowed) -> Execution:

@@ -32,6 +32,13 @@ class OperationState(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+class StepKind(models.TextChoices):
+    """What a step of an execution runs: an operation on an agent, or a child execution (SPEC §12)."""
+
+    OPERATION = "operation"
+    WORKFLOW = "workflow"
+
+
 class FailureMode(models.TextChoices):
     NO_NEW_CALLS = "no_new_calls"
     CONTINUE_WHILE_POSSIBLE = "continue_while_possible"
@@ -57,6 +64,7 @@ class EventType(models.TextChoices):
     LISTENER_FAILED = "listener_failed"
     STALE_REPORT = "stale_report"
     WORKFLOW_RETRYING = "workflow_retrying"
+    CHILD_STARTED = "child_started"
     LOG = "log"
 
 

@@ -34,7 +34,7 @@ from workflows_app import dispatch, outages
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import recovery, reports, timers
 from workflows_app.models import Operation
-from workflows_app.states import EXECUTION_RUNNING, OperationState
+from workflows_app.states import EXECUTION_RUNNING, OperationState, StepKind
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,9 @@ def on_start():
 def carry_on():
     """Reconcile started operations with the workers, send again what was in flight, advance
     every active execution."""
-    started = list(Operation.objects.filter(state=OperationState.STARTED, execution__status__in=EXECUTION_RUNNING))
+    # A child execution's step runs on no worker: its child is carried on as an execution.
+    started = list(Operation.objects.filter(state=OperationState.STARTED, kind=StepKind.OPERATION,
+                                            execution__status__in=EXECUTION_RUNNING))
     try:
         answers = ask_workers() if started else {}
     except Exception:  # the broker is not up yet: heartbeats and the tick reconcile later

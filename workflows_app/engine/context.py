@@ -18,7 +18,7 @@ from dataclasses import replace
 from greenlet import GreenletExit
 
 from workflows_app.engine import graph as graphs
-from workflows_app.engine import failures, steps, waits
+from workflows_app.engine import children, failures, steps, waits
 from workflows_app.engine.canvas import compile_canvas
 from workflows_app.engine.handles import ENDED_BADLY, AllOf, AnyOf, NoneOf, StepHandle, Suspend, WaitHandle
 from workflows_app.errors import NonDeterministicWorkflow, StepFailed, WorkflowError
@@ -122,6 +122,20 @@ class WorkflowContext:
     def await_execute(self, *args, **kwargs):
         """``execute(...)`` and wait for its result."""
         return self.execute(*args, **kwargs).wait()
+
+    def execute_workflow(self, name, workflow, *, deployment_id=None, timeout=None, **params):
+        """Start the registered workflow ``workflow`` as a child execution, followed by step
+        ``name`` of this one (SPEC §12), once: on replay the stored child is awaited, never
+        started twice. Its parameters are checked as a start checks them. The handle's result is
+        the child's payload; a child that failed, timed out or was cancelled on its own fails the
+        step (``StepFailed``). ``deployment_id``: the child's own (it never takes this
+        execution's); ``timeout``: the child's, in seconds."""
+        self._store([children.node(name, workflow, params, deployment_id=deployment_id, timeout=timeout)], awaited=True)
+        return StepHandle(self, name)
+
+    def await_workflow(self, *args, **kwargs):
+        """``execute_workflow(...)`` and wait for the child's payload."""
+        return self.execute_workflow(*args, **kwargs).wait()
 
     def all_of(self, *handles):
         return AllOf(self, handles)

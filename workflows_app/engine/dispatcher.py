@@ -7,6 +7,7 @@ replay from the top — until it returns or suspends, and ends the execution —
 operation that is not terminal first, and only then writing the terminal event.
 """
 
+import functools
 import logging
 import traceback
 import uuid
@@ -15,7 +16,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from workflows_app import db, outages
-from workflows_app.engine import failures, live, policy, stopping
+from workflows_app.engine import children, failures, live, policy, stopping
 from workflows_app.engine.context import WorkflowCancelled, WorkflowContext, WorkflowFailed
 from workflows_app.engine.handles import Suspend
 from workflows_app.engine.steps import cancel_in_states
@@ -41,6 +42,8 @@ def advance(execution_id):
             return
         if execution.status == ExecutionStatus.PENDING:
             execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
+        if execution.children_ended:
+            children.follow(execution)
         if execution.status == ExecutionStatus.STARTED:
             run = live.take(execution)
             try:
@@ -61,12 +64,21 @@ def advance(execution_id):
 def _lock(execution_id):
     """The execution, locked for this pass (``FOR NO KEY UPDATE``, which an UPDATE of a column
     no key holds takes), and the pass counted in the same statement: a live run another process
-    keeps (``engine.live``) knows from ``passes`` that it was overtaken. ``None``: no such row."""
-    meta = Execution._meta
-    key = meta.pk.get_db_prep_value(uuid.UUID(str(execution_id)), connection)
-    rows = db.fetch(Execution, f"UPDATE {meta.db_table} SET passes = passes + 1 WHERE id = %s RETURNING {db.columns(Execution)}",
-                    [key])
+    keeps (``engine.live``) knows from ``passes`` that it was overtaken. In the same statement,
+    ``children_ended``: whether a child ended that a step still follows. ``None``: no such row."""
+    key = Execution._meta.pk.get_db_prep_value(uuid.UUID(str(execution_id)), connection)
+    rows = db.fetch(Execution, _lock_sql(), [key], extra=("children_ended",))
     return rows[0] if rows else None
+
+
+@functools.cache
+def _lock_sql():
+    """:func:`_lock`'s statement, built once per process."""
+    meta = Execution._meta
+    table = connection.ops.quote_name(meta.db_table)
+    pk = f"{table}.{connection.ops.quote_name(meta.pk.column)}"
+    return (f"UPDATE {table} SET passes = passes + 1 WHERE {pk} = %s "
+            f"RETURNING {db.columns(Execution)}, {children.ended_sql(pk)}")
 
 
 def _run(execution, run):

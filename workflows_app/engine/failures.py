@@ -27,6 +27,7 @@ from workflows_app.states import (
     EventType,
     FailureMode,
     OperationState,
+    StepKind,
     WaitKind,
     WaitOutcome,
 )
@@ -82,7 +83,7 @@ def _still_stopping(execution, first, operations, now) -> bool:
     the step it compensates."""
     limit = timedelta(seconds=stop_wait_seconds())
     recent = {op.name: op for op in operations
-              if op.state == OperationState.CANCELLED and op.started_at is not None
+              if op.state == OperationState.CANCELLED and op.started_at is not None and op.kind == StepKind.OPERATION
               and (op.error or {}).get("cause") == first.name and op.cancelled_at + limit > now}
     if not recent:
         return False

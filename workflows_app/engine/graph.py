@@ -11,6 +11,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from workflows_app.errors import SwitchyardError
+from workflows_app.states import StepKind
 
 
 class GraphError(SwitchyardError, ValueError):
@@ -84,7 +85,8 @@ class NodeSpec:
 
     ``args`` and ``kwargs`` are bound now; ``input``, when set, is prepended to ``args`` at send
     time. ``agent`` is a queue name (``None``: the manager's queue). ``options`` holds only the
-    step options that were given: ``max_retries``, ``retry_interval``, ``timeout``.
+    step options that were given: ``max_retries``, ``retry_interval``, ``timeout``. A child
+    execution's step (``kind`` "workflow") names the workflow as its ``operation``.
     """
 
     name: str
@@ -95,6 +97,7 @@ class NodeSpec:
     depends_on: tuple[str, ...] = ()
     input: Input | None = None
     options: dict = field(default_factory=dict)
+    kind: StepKind = StepKind.OPERATION
 
 
 def validate(nodes, known=()):

@@ -11,13 +11,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from workflows_app import db, dispatch
-from workflows_app.engine import policy
+from workflows_app.engine import children, policy
 from workflows_app.models import Execution, Operation
 from workflows_app.states import (
     OPERATION_IN_FLIGHT_OR_WAITING,
     ExecutionStatus,
     FailureMode,
     OperationState,
+    StepKind,
 )
 from workflows_app.transitions import operations_transition
 
@@ -37,11 +38,15 @@ def send(operation):
 
 def send_many(operations):
     """pending/rescheduled -> sending for all of ``operations`` at once (one statement each for
-    the rows and their events), and their messages after commit; returns those it moved."""
-    moved = operations_transition(operations, OperationState.SENDING)
+    the rows and their events), and their messages after commit; returns those it moved. A
+    child execution's step starts its child instead (``children.send``), each holding its
+    execution (:func:`_holding`)."""
+    steps = [op for op in operations if op.kind == StepKind.WORKFLOW]
+    started = children.send(steps[0].execution, steps) if steps else []
+    moved = operations_transition([op for op in operations if op.kind != StepKind.WORKFLOW], OperationState.SENDING)
     if moved:
         transaction.on_commit(lambda: publish(moved))
-    return moved
+    return started + moved
 
 
 #: Messages sent between two writes of their ``sent`` state: an agent that gets a message

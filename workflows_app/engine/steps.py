@@ -20,7 +20,7 @@ from workflows_app.errors import NonDeterministicWorkflow, TransitionRefused, Wo
 from workflows_app.models import Operation, OperationDependency
 from workflows_app.models.operation import task_id_for
 from workflows_app.registry import get_operation
-from workflows_app.states import OperationState
+from workflows_app.states import OperationState, StepKind
 from workflows_app.transitions import operation_transition
 
 #: How often a cancel reads a step again that an agent moved on meanwhile (sent -> started).
@@ -51,19 +51,23 @@ def store(execution, known, nodes, *, awaited, failed=None):
     settings = workflows_settings
     rows = []
     for node in new:
-        definition = get_operation(node.operation)
         unfinished = sum(1 for dep in node.depends_on
                          if dep not in known or known[dep].state != OperationState.SUCCEEDED)
-        rows.append(Operation(
-            execution=execution, name=node.name, operation=node.operation, args=list(node.args),
-            kwargs=dict(node.kwargs), agent=node.agent or settings.MANAGEMENT_QUEUE,
-            input=node.input.to_json() if node.input is not None else None, awaited=awaited,
-            max_retries=_first(node.options.get("max_retries"), definition.max_retries, settings.MAX_RETRIES),
-            retry_interval=_first(node.options.get("retry_interval"), definition.retry_interval, settings.RETRY_INTERVAL),
-            retry_backoff=definition.retry_backoff,
-            timeout=_first(node.options.get("timeout"), definition.timeout, None),
-            pending_dependencies=unfinished,
-        ))
+        row = Operation(execution=execution, name=node.name, kind=node.kind, operation=node.operation,
+                        args=list(node.args), kwargs=dict(node.kwargs), awaited=awaited,
+                        input=node.input.to_json() if node.input is not None else None,
+                        pending_dependencies=unfinished)
+        if node.kind == StepKind.WORKFLOW:
+            # Run by no agent and never retried: its child has steps (and retries) of its own.
+            row.agent, row.max_retries = "", 0
+        else:
+            definition = get_operation(node.operation)
+            row.agent = node.agent or settings.MANAGEMENT_QUEUE
+            row.max_retries = _first(node.options.get("max_retries"), definition.max_retries, settings.MAX_RETRIES)
+            row.retry_interval = _first(node.options.get("retry_interval"), definition.retry_interval, settings.RETRY_INTERVAL)
+            row.retry_backoff = definition.retry_backoff
+            row.timeout = _first(node.options.get("timeout"), definition.timeout, None)
+        rows.append(row)
     Operation.objects.bulk_create(rows)
     known.update((row.name, row) for row in rows)
     OperationDependency.objects.bulk_create([
@@ -112,18 +116,24 @@ def cancel(execution, operations, message, *, error=None, stop_processes=True, d
     ``cancelled`` with its event and ``error`` (default: :func:`cancelled_error`). The message of
     one not started is revoked (fencing refuses it anyway); one that was running is asked to
     stop — SIGTERM to its process group on every agent, SIGKILL after KILL_GRACE_SECONDS — once
-    this commits, unless ``stop_processes`` is false (force-cancel: what it reports later is kept
+    this commits (the child execution of a step is stopped first: ``stopping.stop_child``),
+    unless ``stop_processes`` is false (force-cancel: what it reports later is kept
     as a ``stale_report`` event). With ``dependents``, the steps that wait for a cancelled one
     (directly or not) can never start and are cancelled too (``known``: as for
     :func:`cancel_dependents`). Returns those it cancelled."""
+    # A real cycle, the tree's: a step's child is stopped first, and stopping it cancels its steps here.
+    from workflows_app.engine import stopping
+
     error = error or cancelled_error(message)
     running, unsent, cancelled = [], [], []
     for operation in operations:
+        if operation.kind == StepKind.WORKFLOW and operation.state == OperationState.STARTED:
+            stopping.stop_child(execution, operation)
         was = _cancel_one(operation, message, error)
         if was is None:
             continue  # it ended meanwhile: its own terminal event stands
         cancelled.append(operation)
-        if was == OperationState.STARTED:
+        if was == OperationState.STARTED and operation.kind == StepKind.OPERATION:
             running.append(operation)
         elif was in (OperationState.SENDING, OperationState.SENT):
             unsent.append(operation)
@@ -202,7 +212,7 @@ def reset(execution, states, message):
     twice at once."""
     superseded = []
     for operation in Operation.objects.filter(execution_id=execution.pk, state__in=states):
-        if operation.started_at is not None:
+        if operation.started_at is not None and operation.kind == StepKind.OPERATION:
             superseded.append((operation.pk, operation.attempt))
         operation_transition(operation, OperationState.PENDING, message=message, current_retries=0,
                              next_attempt_at=None, error=None, result=None, failure_handled=False)

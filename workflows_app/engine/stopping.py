@@ -8,6 +8,12 @@ stopping (SPEC §9) — so a stop interrupted by a crash is finished by whoever 
 
 Every function here runs under the execution's row lock. Operations always get their terminal
 state and event before the execution its terminal one (cancel first, terminate after).
+
+Across a tree of executions (SPEC §12) a stop goes down: the parent's row is locked first, then
+each child's, so a parent and a child never wait for each other's locks. A step whose child is
+active is cancelled only once that child has stopped (:func:`stop_child`, from
+``steps.cancel``), and a cancelling parent cancels its children and waits for them
+(:func:`cancel_children`).
 """
 
 from datetime import timedelta
@@ -15,15 +21,22 @@ from datetime import timedelta
 from django.db.models import Max
 from django.utils import timezone
 
+from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import steps
-from workflows_app.models import Event, Operation
+from workflows_app.engine import progress, steps
+from workflows_app.models import Event, Execution, Operation
 from workflows_app.states import (
+    EXECUTION_ACTIVE,
+    EXECUTION_CANCELLING,
+    EXECUTION_TERMINAL,
+    EXECUTION_TRANSITIONS,
+    EXECUTION_WAITING,
     OPERATION_ACTIVE,
     OPERATION_NOT_STARTED,
     EventType,
     ExecutionStatus,
     OperationState,
+    StepKind,
 )
 from workflows_app.transitions import execution_transition
 
@@ -49,6 +62,7 @@ def _cancel(execution):
     """Nothing new starts; what has not started is cancelled; running operations are awaited
     (they see ``ctx.is_cancelled()``); once none runs, ``cancelled``."""
     steps.cancel_in_states(execution, OPERATION_NOT_STARTED, "cancelled: the execution is cancelling")
+    cancel_children(execution)
     if not Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE).exists():
         execution_transition(execution, ExecutionStatus.CANCELLED, message="cancelled: no operation runs any more")
 
@@ -74,8 +88,42 @@ def _kill(execution):
 def leftover_attempts(execution):
     """(operation id, attempt) of every current attempt of the execution that started and did
     not succeed: whatever of them still runs somewhere is to be stopped."""
-    started = Operation.objects.filter(execution_id=execution.pk, started_at__isnull=False)
+    started = Operation.objects.filter(execution_id=execution.pk, kind=StepKind.OPERATION, started_at__isnull=False)
     return list(started.exclude(state=OperationState.SUCCEEDED).values_list("pk", "attempt"))
+
+
+def stop_child(parent, step):
+    """Before ``step`` of ``parent`` is cancelled: its child, if it has one that is active, is
+    killed (as a running step's processes are) — force-cancelled when the parent is being
+    force-cancelled — its own children first."""
+    child = Execution.objects.filter(parent_id=parent.pk, parent_step=step.name).only("pk", "status").first()
+    if child is None or child.status in EXECUTION_TERMINAL:
+        return
+    if parent.status == ExecutionStatus.FORCE_CANCELLING:
+        return _stop_child(child.pk, ExecutionStatus.FORCE_CANCELLING, f"force-cancelled with its parent's step {step.name}")
+    # Its dispatcher may hold its row lock while it runs the workflow code: stopped first, as
+    # a kill of it from outside does (``services.kill``).
+    dispatch.broadcast_kill(child.pk, dispatcher=True)
+    _stop_child(child.pk, ExecutionStatus.KILL_CANCELLING, f"killed with its parent's step {step.name}")
+
+
+def cancel_children(parent):
+    """A parent being cancelled cancels each child that is active and not stopping yet, and
+    waits for them as for its running steps: the end of each wakes it."""
+    for pk in (Execution.objects.filter(parent_id=parent.pk, status__in=EXECUTION_ACTIVE - EXECUTION_CANCELLING)
+               .values_list("pk", flat=True)):
+        _stop_child(pk, ExecutionStatus.CANCELLING, "cancelled with its parent")
+
+
+def _stop_child(pk, target, message):
+    child = progress.lock_execution(pk)
+    status = ExecutionStatus(child.status)
+    if status in EXECUTION_WAITING:
+        execution_transition(child, ExecutionStatus.CANCELLED, message=f"{message}: cancelled before it started")
+    elif status not in EXECUTION_TERMINAL:
+        if target in EXECUTION_TRANSITIONS[status]:
+            execution_transition(child, target, renew_token=target == ExecutionStatus.KILL_CANCELLING, message=message)
+        carry_on(child)
 
 
 def cancelling_since(execution):

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import failures, policy, progress, queueing, recovery, reports, stopping, waits
+from workflows_app.engine import children, failures, policy, progress, queueing, recovery, reports, stopping, waits
 from workflows_app.models import Execution, Operation
 from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, FailureMode, OperationState
 
@@ -92,8 +92,9 @@ def wake_due_executions(now):
 
 def resend_stuck_messages(now):
     """Lost messages are sent again from database state: a pending execution's start, an
-    operation stuck in ``sending`` (same attempt: the agent drops a duplicate), and a started
-    execution that nothing in flight will ever wake (SWEEP_BATCH of the started ones a pass)."""
+    operation stuck in ``sending`` (same attempt: the agent drops a duplicate), a started
+    execution that nothing in flight will ever wake (SWEEP_BATCH of the started ones a pass),
+    and a parent whose child's end did not wake it."""
     stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
     progress.publish(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
     unstarted = list(Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale)
@@ -118,6 +119,7 @@ def resend_stuck_messages(now):
             for pk in unstarted + idle:
                 dispatch.send_advance(pk)
     queueing.start_every_free_deployment()
+    children.wake_parents_of_ended()
     # A stopping execution that no running operation will ever wake (or whose stop was cut short).
     for pk in Execution.objects.filter(status__in=EXECUTION_CANCELLING).values_list("pk", flat=True):
         if not Operation.objects.filter(execution_id=pk, state=OperationState.STARTED).exists():

@@ -2,7 +2,13 @@ import uuid
 
 from django.db import models
 
-from workflows_app.states import OPERATION_ACTIVE, OPERATION_IN_FLIGHT_OR_WAITING, OPERATION_TERMINAL, OperationState
+from workflows_app.states import (
+    OPERATION_ACTIVE,
+    OPERATION_IN_FLIGHT_OR_WAITING,
+    OPERATION_TERMINAL,
+    OperationState,
+    StepKind,
+)
 
 
 class OperationQuerySet(models.QuerySet):
@@ -26,7 +32,11 @@ class Operation(models.Model):
     execution = models.ForeignKey("workflows_app.Execution", on_delete=models.CASCADE, related_name="operations",
                                   db_index=False)
     name = models.CharField(max_length=255, help_text="the step key, unique in its execution")
-    operation = models.CharField(max_length=255, help_text="the registered operation name")
+    # An operation sent to an agent, or a child execution (``operation`` is then the child's
+    # workflow, ``kwargs`` its parameters and options, and the step's state follows the child).
+    kind = models.CharField(max_length=20, choices=StepKind.choices, default=StepKind.OPERATION,
+                            db_default=StepKind.OPERATION)
+    operation = models.CharField(max_length=255, help_text="the registered operation (or child workflow) name")
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
     agent = models.CharField(max_length=200, help_text="the queue the operation is sent to")
@@ -82,6 +92,9 @@ class Operation(models.Model):
             models.Index(fields=["state", "next_attempt_at"], name="operation_in_flight_state",
                          condition=models.Q(state__in=OPERATION_IN_FLIGHT_OR_WAITING)),
             models.Index(fields=["agent"], name="operation_started_agent", condition=models.Q(state=OperationState.STARTED)),
+            # The tick's look for children that ended without waking their parent.
+            models.Index(fields=["execution"], name="operation_child_started",
+                         condition=models.Q(state=OperationState.STARTED, kind=StepKind.WORKFLOW)),
         ]
 
     def __str__(self):
