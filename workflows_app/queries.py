@@ -3,8 +3,8 @@ commands share, each a constant number of queries however many operations there 
 
 from django.db.models import Count
 
-from workflows_app.models import Operation, OperationDependency
-from workflows_app.states import OperationState
+from workflows_app.models import Execution, Operation, OperationDependency
+from workflows_app.states import OperationState, StepKind
 
 
 def operations_summary(execution_id) -> dict:
@@ -27,12 +27,18 @@ def operations_summaries(execution_ids) -> dict:
 
 
 def graph(execution_id) -> dict:
-    """The operations as a graph (SPEC §8): nodes with their state, and edges ``[from, to]``
-    where ``to`` depends on ``from`` (two queries)."""
-    nodes = Operation.objects.filter(execution_id=execution_id).values("name", "operation", "agent", "state")
+    """The operations as a graph (SPEC §8): nodes with their kind and state, and edges ``[from,
+    to]`` where ``to`` depends on ``from`` (two queries). A child execution's step is a node of
+    kind ``workflow`` with the child's id as ``child`` (a third query, when there is one)."""
+    nodes = list(Operation.objects.filter(execution_id=execution_id).values("name", "kind", "operation", "agent", "state"))
     edges = (OperationDependency.objects.filter(operation__execution_id=execution_id).order_by("id")
              .values_list("depends_on__name", "operation__name"))
-    return {"nodes": list(nodes), "edges": [list(edge) for edge in edges]}
+    started = {}
+    if any(node["kind"] == StepKind.WORKFLOW for node in nodes):
+        started = dict(Execution.objects.filter(parent_id=execution_id).values_list("parent_step", "pk"))
+    for node in nodes:
+        node["child"] = started.get(node["name"]) if node["kind"] == StepKind.WORKFLOW else None
+    return {"nodes": nodes, "edges": [list(edge) for edge in edges]}
 
 
 def by_operation_and_state(execution_id) -> list[dict]:

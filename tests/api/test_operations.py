@@ -71,10 +71,10 @@ def test_the_graph_has_a_node_per_operation_and_an_edge_per_dependency(api, diam
     assert response.status_code == 200
     body = response.json()
     assert sorted(body["nodes"], key=lambda n: n["name"]) == [
-        {"name": "a", "operation": "op_a", "agent": "ag-a", "state": "succeeded"},
-        {"name": "b", "operation": "op_b", "agent": "ag-b", "state": "pending"},
-        {"name": "c", "operation": "op_c", "agent": "ag-c", "state": "pending"},
-        {"name": "d", "operation": "op_d", "agent": "ag-d", "state": "pending"},
+        {"name": "a", "kind": "operation", "operation": "op_a", "agent": "ag-a", "state": "succeeded", "child": None},
+        {"name": "b", "kind": "operation", "operation": "op_b", "agent": "ag-b", "state": "pending", "child": None},
+        {"name": "c", "kind": "operation", "operation": "op_c", "agent": "ag-c", "state": "pending", "child": None},
+        {"name": "d", "kind": "operation", "operation": "op_d", "agent": "ag-d", "state": "pending", "child": None},
     ]
     assert sorted(body["edges"]) == [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]], "[from, to]: to depends on from"
 

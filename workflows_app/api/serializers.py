@@ -32,7 +32,7 @@ from workflows_app.api.fields import (
 )
 from workflows_app import queries
 from workflows_app.models import Event, Execution, Operation
-from workflows_app.states import FailureMode, OperationState
+from workflows_app.states import FailureMode, OperationState, StepKind
 
 #: The actions of ``POST /executions/{id}`` (SPEC §4).
 ACTIONS = ("cancel", "force-cancel", "kill", "resume", "force-resume")
@@ -84,7 +84,9 @@ class ExecutionSerializer(APIModelSerializer):
         model = Execution
         fields = ("id", "workflow_id", "deployment_id", "parameters", "status", "failure_mode", "timeout",
                   "wait_after_fail", "payload", "error", "is_dry_run", "created_by", "created_at", "started_at",
-                  "ended_at")
+                  "ended_at", "parent", "parent_step")
+        extra_kwargs = {"parent": {"help_text": "the execution that started this one as a child (SPEC §12), or null"},
+                        "parent_step": {"help_text": "the step of the parent that follows this child; '' for none"}}
         read_only_fields = fields
 
 
@@ -146,12 +148,16 @@ class OperationSerializer(APIModelSerializer):
 
 
 class GraphNodeSerializer(serializers.Serializer):
-    """An operation, as a node of the graph."""
+    """An operation, as a node of the graph; a child execution's step is a node of kind
+    ``workflow``, with the child's id."""
 
     name = serializers.CharField()
-    operation = serializers.CharField()
-    agent = serializers.CharField()
+    kind = serializers.ChoiceField(choices=StepKind.choices)
+    operation = serializers.CharField(help_text="the registered operation, or the child's workflow")
+    agent = serializers.CharField(allow_blank=True)
     state = serializers.ChoiceField(choices=OperationState.choices)
+    child = serializers.UUIDField(allow_null=True, help_text="a workflow node's child execution (null for an "
+                                                             "operation, and until the child is started)")
 
 
 class GraphSerializer(serializers.Serializer):
