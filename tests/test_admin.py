@@ -411,3 +411,31 @@ def test_agents_show_status_heartbeat_age_running_and_a_flower_link(admin_client
     assert '<td class="field-running_operations">2</td>' in rows["host-1"]
     assert 'href="http://flower.example:5555/worker/host-1%40box"' in rows["host-1"]
     assert admin_client.get(reverse("admin:agents_agent_add")).status_code == 403
+
+
+def test_a_parent_and_its_children_link_to_each_other(admin_client, make_execution, make_operation, monkeypatch):
+    from workflows_app.admin import executions as admin_executions
+    from workflows_app.states import StepKind
+
+    monkeypatch.setattr(admin_executions, "CHILDREN_SHOWN", 2)
+    parent = make_execution()
+    kids = [make_execution(parent=parent, parent_step=f"child{i}", workflow_id="it_child") for i in range(3)]
+    make_operation(OperationState.STARTED, parent, name="child0", kind=StepKind.WORKFLOW, operation="it_child", agent="")
+    make_execution()  # not one of them
+
+    page = admin_client.get(page_url(parent)).content.decode()
+    table = page[page.index('id="sy-children"'):]
+    shown = re.findall(r'<tr data-step="(child\d)">', table[:table.index("</table>")])
+    assert shown == ["child0", "child1"]  # the first CHILDREN_SHOWN, oldest first
+    assert f'href="{page_url(kids[0])}"' in page
+    more = f"{LIST}?parent__id__exact={parent.pk}"
+    assert more in page
+    listed = admin_client.get(more)
+    assert listed.status_code == 200 and {row.pk for row in listed.context["cl"].result_list} == {kid.pk for kid in kids}
+
+    child_page = admin_client.get(page_url(kids[0])).content.decode()
+    assert f'href="{page_url(parent)}"' in child_page and "<code>child0</code>" in child_page
+    # The picture's node of a child leads to it: the graph names the child, the page the URL to fill in.
+    node = admin_client.get(graph_url(parent)).json()["nodes"][0]
+    assert (node["kind"], node["child"]) == ("workflow", str(kids[0].pk))
+    assert 'data-change-url="/admin/workflows_app/execution/00000000-0000-0000-0000-000000000000/change/"' in page

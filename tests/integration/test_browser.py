@@ -24,6 +24,7 @@ from django.db import connections
 from playwright.sync_api import expect, sync_playwright
 
 from tests.integration.harness import free_port
+from workflows_app import services
 from workflows_app.models import Execution
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -146,3 +147,38 @@ def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, b
 
     stack.wait_for(in_flower, timeout=60, what="the steps in Flower's task list")
     flower_page.screenshot(path=str(screenshots / "flower-tasks.png"))
+
+
+def test_an_operator_goes_from_a_parent_to_its_child_and_back(stack, browser, screenshots):
+    """A child execution's box in its parent's picture is outlined as a workflow and leads to
+    the child's page, which names its parent and the step that follows it."""
+    web_port = free_port()
+    base = f"http://127.0.0.1:{web_port}"
+    get_user_model().objects.create_superuser("operator", "operator@localhost", PASSWORD)
+    agent = stack.agent_name("local")
+    stack.start_manager()
+    stack.start_agent(agent, concurrency=2)
+    stack.manage("web", "runserver", "--noreload", f"127.0.0.1:{web_port}")
+    stack.wait_for_agent(agent)
+    wait_http(stack, f"{base}/admin/login/", "the web server")
+    parent = services.start("it_parent", {"agent": agent, "other_agent": agent, "children": 2, "seconds": 4})
+    stack.wait_for(lambda: Execution.objects.filter(parent_id=parent.pk).count() == 2, 30, "both children")
+    child = Execution.objects.get(parent_id=parent.pk, parent_step="child0")
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{base}/admin/login/?next=/admin/workflows_app/execution/{parent.pk}/change/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    box = page.locator('#sy-graph g.sy-node[data-name="child0"]')
+    expect(box).to_have_attribute("data-kind", "workflow", timeout=30_000)
+    expect(page.locator("#sy-children tr")).to_have_count(3)  # the header and the two children
+    page.screenshot(path=str(screenshots / "parent.png"), full_page=True)
+
+    box.click()
+    page.wait_for_url(f"**/admin/workflows_app/execution/{child.pk}/change/")
+    expect(page.locator("#sy-parent")).to_contain_text("child0")
+    page.screenshot(path=str(screenshots / "child.png"), full_page=True)
+    page.click("#sy-parent a")
+    page.wait_for_url(f"**/admin/workflows_app/execution/{parent.pk}/change/")
+    expect(page.locator("#sy-status")).to_have_attribute("data-status", "completed", timeout=60_000)

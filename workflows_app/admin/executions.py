@@ -33,6 +33,10 @@ from workflows_app.states import OperationState
 GRAPH_DRAW_LIMIT = 300
 OPERATIONS_PER_PAGE = 50
 LATEST_EVENTS = 20
+#: Stands for an execution's id in the change page's URL the graph's script fills in.
+CHANGE_URL_ID = "00000000-0000-0000-0000-000000000000"
+#: The children listed on a parent's page; the rest are a link away (the list, filtered).
+CHILDREN_SHOWN = 50
 #: Seconds between two refreshes of the graph while the execution is active.
 REFRESH_SECONDS = 2
 
@@ -213,6 +217,8 @@ class ExecutionAdmin(admin.ModelAdmin):
         paginator.count = summary[state] if state else total  # known already: no COUNT query
         page = paginator.get_page(request.GET.get("page"))
         events = list(Event.objects.filter(execution_id=execution.pk).order_by("-id")[:LATEST_EVENTS])
+        children = list(Execution.objects.filter(parent_id=execution.pk).order_by("created_at")
+                        .only("id", "workflow_id", "status", "parent_step")[:CHILDREN_SHOWN + 1])
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -227,6 +233,11 @@ class ExecutionAdmin(admin.ModelAdmin):
             "page": page,
             "operations": [self._operation_row(operation) for operation in page.object_list],
             "events": events,
+            "parent": execution.parent if execution.parent_id else None,
+            "children": [{"execution": child, "badge": display.badge(child.status)} for child in children[:CHILDREN_SHOWN]],
+            "more_children_url": (reverse("admin:workflows_app_execution_changelist") + f"?parent__id__exact={execution.pk}"
+                                  if len(children) > CHILDREN_SHOWN else None),
+            "change_url": reverse("admin:workflows_app_execution_change", args=[CHANGE_URL_ID]),
             "events_url": reverse("admin:workflows_app_event_changelist") + f"?execution__id__exact={execution.pk}",
             "parameters": display.pretty_json(execution.parameters),
             "payload": display.pretty_json(execution.payload),

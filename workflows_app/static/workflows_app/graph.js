@@ -7,6 +7,7 @@
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
+  var CHANGE_URL_ID = "00000000-0000-0000-0000-000000000000";  /* admin.executions.CHANGE_URL_ID */
   var box, shownStatus, refreshMs, drawnShape;
 
   function watch() {
@@ -69,7 +70,10 @@
     });
     data.nodes.forEach(function (n) {
       var at = g.node(n.name);
-      var group = el("g", { "class": "sy-node", "data-name": n.name, transform: "translate(" + (at.x - at.width / 2) + "," + (at.y - at.height / 2) + ")" }, svg);
+      /* A child execution's node leads to the child's page. */
+      var parent = n.child ? el("a", { href: box.dataset.changeUrl.replace(CHANGE_URL_ID, n.child) }, svg) : svg;
+      var group = el("g", { "class": "sy-node", "data-name": n.name, "data-kind": n.kind,
+                            transform: "translate(" + (at.x - at.width / 2) + "," + (at.y - at.height / 2) + ")" }, parent);
       el("title", {}, group);
       el("rect", { width: at.width, height: at.height, rx: 6 }, group);
       var name = el("text", { x: at.width / 2, y: 17, "class": "sy-node-name" }, group);
