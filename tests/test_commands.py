@@ -149,6 +149,20 @@ def test_tail_events_prints_a_long_history_whole_in_order(failed):
     assert len(ids) == 1203 and ids == sorted(ids)
 
 
+def test_tail_events_tree_prints_the_events_of_every_descendant_in_one_stream(failed, make_execution):
+    child = make_execution(ExecutionStatus.FAILED, parent=failed, parent_step="child0")
+    grandchild = make_execution(ExecutionStatus.FAILED, parent=child, parent_step="sub")
+    stranger = make_execution(ExecutionStatus.FAILED)
+    for execution in (grandchild, stranger, child, failed):
+        record_event(execution.pk, "log", f"from {execution.pk}", {})
+    out, _ = command("tail_events", str(failed.pk), "--tree", "--json")
+    assert [json.loads(line)["execution_id"] for line in out.splitlines()] == [str(grandchild.pk), str(child.pk), str(failed.pk)]
+    out, _ = command("tail_events", str(failed.pk), "--tree", "--follow")
+    assert [line[:8] for line in out.splitlines()] == [str(grandchild.pk)[:8], str(child.pk)[:8], str(failed.pk)[:8]]
+    out, _ = command("tail_events", str(failed.pk), "--json")
+    assert [json.loads(line)["execution_id"] for line in out.splitlines()] == [str(failed.pk)]
+
+
 def test_send_event_json_is_the_stored_event_as_the_api_shows_it(api, running):
     out, _ = command("send_event", str(running.pk), "approve", "--payload", '{"by": "ops"}', "--json")
     event = json.loads(out)
