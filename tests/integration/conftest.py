@@ -81,9 +81,17 @@ def stack(request, tmp_path, transactional_db, monkeypatch):
 def assert_every_ended_execution_consistent():
     """The invariant over every test that runs a stack (SPEC §7, cancel first, terminate after):
     in every execution that ended, every operation that started has exactly one terminal task
-    event, every operation is terminal, and no task event follows the execution's terminal event."""
-    from workflows_app.models import Execution
+    event, every operation is terminal, and no task event follows the execution's terminal event;
+    and every child of an execution that ended had ended before it (SPEC §12)."""
+    from workflows_app.models import Event, Execution
     from workflows_app.states import EXECUTION_TERMINAL
 
+    ended = {}
     for execution in Execution.objects.filter(status__in=EXECUTION_TERMINAL):
         assert_operation_events_consistent(execution)
+        ended[execution.pk] = (Event.objects.filter(execution_id=execution.pk, type__startswith="workflow_")
+                               .exclude(type__in=["workflow_started", "workflow_resumed", "workflow_cancelling",
+                                                  "workflow_retrying"]).latest("id").pk)
+    for child in Execution.objects.filter(parent__isnull=False, parent_id__in=list(ended)):
+        assert child.pk in ended and ended[child.pk] < ended[child.parent_id], (
+            f"execution {child.parent_id} ended before its child {child.pk} ({child.status})")
