@@ -246,6 +246,8 @@ def test_a_child_refused_by_its_deployment_fails_its_step_and_never_takes_the_pa
     step = Operation.objects.get(execution_id=parent.pk, name="sub")
     assert (step.state, step.error["type"]) == (OperationState.FAILED, "ExistingRunningExecution")
     assert not Execution.objects.filter(parent_id=parent.pk).exists()
+    parent.refresh_from_db()  # it returned without looking at the step: the failure was not handled
+    assert parent.status == ExecutionStatus.FAILED and "ExistingRunningExecution" in parent.error
     holder.refresh_from_db()
     assert holder.status == ExecutionStatus.STARTED
 

@@ -165,21 +165,21 @@ def get_operation(name) -> OperationDef:
 
 
 def operation_name(op) -> str:
-    """The registered name of ``op``: an ``OperationDef`` or a name."""
-    if isinstance(op, OperationDef):
-        return op.name
-    if isinstance(op, str):
-        return get_operation(op).name
-    raise RegistrationError(f"{op!r} is not a registered operation (decorate it with @operation)")
+    """The registered name of ``op``: an ``OperationDef`` (what ``@operation`` returns) or a name."""
+    return _registered_name(op, OperationDef, get_operation, "operation")
 
 
 def workflow_name(wf) -> str:
     """The registered name of ``wf``: a ``WorkflowDef`` (what ``@workflow`` returns) or a name."""
-    if isinstance(wf, WorkflowDef):
-        return wf.name
-    if isinstance(wf, str):
-        return get_workflow(wf).name
-    raise RegistrationError(f"{wf!r} is not a registered workflow (decorate it with @workflow)")
+    return _registered_name(wf, WorkflowDef, get_workflow, "workflow")
+
+
+def _registered_name(thing, definition, get, kind) -> str:
+    if isinstance(thing, definition):
+        return thing.name
+    if isinstance(thing, str):
+        return get(thing).name
+    raise RegistrationError(f"{thing!r} is not a registered {kind} (decorate it with @{kind})")
 
 
 def workflows() -> dict:

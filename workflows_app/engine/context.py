@@ -282,6 +282,8 @@ class WorkflowContext:
             raise
         new = {row.name for row in rows}
         self._open |= new
+        # A step can fail as it is sent: a child its deployment refused (``children.send``).
+        self._unhandled |= {row.name for row in rows if row.state == OperationState.FAILED}
         doomed = {dep for node in nodes if node.name in new for dep in node.depends_on
                   if dep not in new and self._operations[dep].state in ENDED_BADLY}
         if doomed:
