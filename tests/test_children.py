@@ -7,6 +7,8 @@ the dispatcher, an operation's message is "run" by recording its result as its a
 committed status changes (the wake-up of a parent) run as they do in a manager.
 """
 
+import time
+
 import pytest
 from django.test import override_settings
 from django.utils import timezone
@@ -86,7 +88,8 @@ def child_of(parent, step) -> Execution:
 
 def terminal_event(execution) -> Event:
     return Event.objects.filter(execution_id=execution.pk, type__in=[
-        EventType.WORKFLOW_COMPLETED, EventType.WORKFLOW_FAILED, EventType.WORKFLOW_CANCELLED]).get()
+        EventType.WORKFLOW_COMPLETED, EventType.WORKFLOW_FAILED, EventType.WORKFLOW_CANCELLED,
+        EventType.WORKFLOW_TIMED_OUT]).get()
 
 
 def test_a_parent_runs_three_children_and_combines_their_payloads(tree):
@@ -198,6 +201,32 @@ def test_a_child_the_parent_leaves_running_is_stopped_like_a_running_step(tree, 
     assert kid.status == ExecutionStatus.CANCELLED
     assert terminal_event(kid).pk < terminal_event(parent).pk
     assert Operation.objects.get(execution_id=parent.pk, name="sub").state == OperationState.CANCELLED
+
+
+def test_a_parent_that_times_out_kills_its_children_first(tree, outbox):
+    tree.holds.add("c0-first")
+    parent = services.start("it_parent", {**PARENT, "children": 1}, timeout=0.3)
+    tree.run()
+    time.sleep(0.4)
+    outbox["advance"].append(str(parent.pk))  # the tick's wake-up once the timeout passed
+    tree.run()
+    parent.refresh_from_db()
+    kid = child_of(parent, "child0")
+    assert (parent.status, kid.status) == (ExecutionStatus.TIMED_OUT, ExecutionStatus.CANCELLED)
+    assert terminal_event(kid).pk < terminal_event(parent).pk
+
+
+def test_fail_fast_kills_the_other_children_once_one_fails(tree):
+    tree.holds.add("c0-first")
+    tree.fails.add("c1-second")
+    parent = services.start("it_parent", {**PARENT, "children": 2, "failing": [1]}, failure_mode="fail_fast")
+    tree.run()
+    parent.refresh_from_db()
+    kid = child_of(parent, "child0")
+    assert (parent.status, kid.status) == (ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+    step = Operation.objects.get(execution_id=parent.pk, name="child0")
+    assert (step.state, step.error["cause"]) == (OperationState.CANCELLED, "child1")
+    assert terminal_event(kid).pk < terminal_event(parent).pk
 
 
 def test_a_child_cancelled_on_its_own_is_a_failed_step_for_its_parent(tree):
