@@ -216,6 +216,24 @@ def test_a_parent_that_times_out_kills_its_children_first(tree, outbox):
     assert terminal_event(kid).pk < terminal_event(parent).pk
 
 
+def test_a_child_that_times_out_is_a_failed_step_for_its_parent(tree, outbox):
+    tree.holds.add("slow")
+    parent = services.start("it_parent_of", {"workflow": "it_tree", "timeout": 0.3,
+                                             "params": {"agent": "a1", "depth": 1, "leaf": "wait", "tag": "slow"}})
+    tree.run()
+    kid = child_of(parent, "child")
+    assert (kid.timeout, parent.timeout) == (0.3, None)
+    time.sleep(0.4)
+    outbox["advance"].append(str(kid.pk))  # the tick's wake-up once its timeout passed
+    tree.run()
+    parent.refresh_from_db()
+    kid.refresh_from_db()
+    assert kid.status == ExecutionStatus.TIMED_OUT
+    step = Operation.objects.get(execution_id=parent.pk, name="child")
+    assert (step.state, step.error["type"]) == (OperationState.FAILED, "ChildTimedOut")
+    assert parent.status == ExecutionStatus.FAILED and "ChildTimedOut" in parent.error
+
+
 def test_fail_fast_kills_the_other_children_once_one_fails(tree):
     tree.holds.add("c0-first")
     tree.fails.add("c1-second")

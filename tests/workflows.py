@@ -653,6 +653,6 @@ def bad_child(ctx, kind):
 
 
 @workflow(name="it_parent_of")
-def parent_of(ctx, workflow, params):
-    """One child of ``workflow`` with ``params``; its payload is the child's."""
-    ctx.set_payload(ctx.await_workflow("child", workflow, **params))
+def parent_of(ctx, workflow, params, timeout=None):
+    """One child of ``workflow`` with ``params`` (and the child's ``timeout``); its payload is the child's."""
+    ctx.set_payload(ctx.await_workflow("child", workflow, timeout=timeout, **params))
