@@ -1,13 +1,15 @@
 """``python -m bench``: Switchyard's benchmarks, each side by side with plain Celery on the same broker, database and worker processes, in one run.
 
 ``python -m bench [--rounds N] [--output FILE] [--fanout N] [--chain M] [--starts K] [--skip-stop]
-[--suspended W,W…] [--deliveries D] [--suspended-started S] [--imperative L] [--history H] [--skip-scaleout]``
+[--suspended W,W…] [--deliveries D] [--suspended-started S] [--imperative L] [--history H] [--skip-scaleout]
+[--children C]``
 
 Runs against whatever ``DATABASE_URL`` and ``CELERY_BROKER_URL`` say (default: the embedded
 SQLite and Redis), migrating the database first. Cases: stop latency (``bench/stop.py``), and
 fan-out, fan-in, chain and start throughput (``bench/throughput.py``), executions suspended on an
 event and woken at two numbers waiting (``bench/suspended.py``), an imperative chain of M and of
-L steps against a graph chain of L (``bench/imperative.py``), and on PostgreSQL the throughput
+L steps against a graph chain of L (``bench/imperative.py``), a parent of C child executions
+(``bench/children.py``), and on PostgreSQL the throughput
 cases again with a large history in the tables (``bench/history.py``) and with a second manager
 and agent, with the database's cost per operation (``bench/scaleout.py``). The waiting executions
 come last: they are left waiting.
@@ -44,13 +46,15 @@ def main(argv=None):
     parser.add_argument("--history", type=int, default=100000,
                         help="H: ended executions (10 events each) the throughput cases run again with (0: leave the case "
                              "out; PostgreSQL only)")
+    parser.add_argument("--children", type=int, default=200,
+                        help="C: child executions of one parent, against a group of as many (0: leave the case out)")
     parser.add_argument("--skip-scaleout", action="store_true",
                         help="leave out the second manager and agent, and the database cost per operation (PostgreSQL only)")
     args = parser.parse_args(argv)
     if min(args.rounds, args.fanout, args.chain, args.starts) < 1:
         parser.error("--rounds, --fanout, --chain and --starts must be at least 1")
-    if min(args.imperative, args.history) < 0 or args.deliveries < 1 or args.suspended_started < 2:
-        parser.error("--imperative and --history must be 0 (leave it out) or more, --deliveries 1 or more and "
+    if min(args.imperative, args.history, args.children) < 0 or args.deliveries < 1 or args.suspended_started < 2:
+        parser.error("--imperative, --history and --children must be 0 (leave it out) or more, --deliveries 1 or more and "
                      "--suspended-started 2 or more")
     sizes = {"fanout": args.fanout, "chain": args.chain, "starts": args.starts}
 
@@ -69,7 +73,7 @@ def main(argv=None):
     from django.core.management import call_command
     from django.db import connection
 
-    from bench import history, imperative, scaleout, stop, suspended, throughput
+    from bench import children, history, imperative, scaleout, stop, suspended, throughput
     from tests.integration.harness import Stack, ensure_broker
 
     call_command("migrate", verbosity=0)
@@ -90,6 +94,7 @@ def main(argv=None):
             postgres = connection.vendor == "postgresql"
             rows = throughput.run(stack, agent, args.rounds, sizes, processes=[manager, agent_process])
             replay = imperative.run(stack, agent, {"short": args.chain, "long": args.imperative}) if args.imperative else []
+            tree = children.run(stack, agent, args.rounds, args.children) if args.children else []
             large = history.run(stack, agent, args.rounds, sizes, executions=args.history) if args.history and postgres else None
             # It stops the benchmark's manager and agent and starts its own; they start again after it.
             scale = scaleout.run(stack, [manager, agent_process], args.rounds, sizes) if postgres and not args.skip_scaleout else None
@@ -107,7 +112,8 @@ def main(argv=None):
               f"{connection.vendor}, broker {django.conf.settings.CELERY_BROKER_URL.split(':')[0]}, "
               f"`python -m bench --rounds {args.rounds} --fanout {args.fanout} --chain {args.chain} --starts {args.starts} "
               f"--suspended {','.join(map(str, args.suspended)) or 0} --deliveries {args.deliveries} "
-              f"--suspended-started {args.suspended_started} --imperative {args.imperative} --history {args.history}"
+              f"--suspended-started {args.suspended_started} --imperative {args.imperative} --history {args.history} "
+              f"--children {args.children}"
               f"{' --skip-scaleout' if args.skip_scaleout else ''}`, "
               f"one agent of concurrency 2, manager concurrency 2, Django DEBUG {'on' if django.conf.settings.DEBUG else 'off'}")
     sections = [header]
@@ -118,6 +124,8 @@ def main(argv=None):
         sections.append(suspended.report(waiting))
     if replay:
         sections.append(imperative.report(replay))
+    if tree:
+        sections.append(children.report(tree))
     if large:
         sections.append(history.report(large))
     if scale:

@@ -126,3 +126,17 @@ def wait_event(ctx, run=""):
     payload = ctx.await_event("go")
     ctx.set_payload({"go": payload})
     return payload
+
+
+# --- child executions (bench/children.py) -------------------------------------------------------
+
+@workflow(name="bench_child")
+def child(ctx, agent):
+    """A child execution of one no-op step."""
+    ctx.await_execute("noop", noop, agent=agent)
+
+
+@workflow(name="bench_children")
+def children(ctx, n, agent):
+    """``n`` children (``bench_child``) started at once, then awaited together."""
+    ctx.all_of(*[ctx.execute_workflow(f"c{i:05d}", child, agent=agent) for i in range(n)]).wait()

@@ -16,7 +16,7 @@ def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
     output = tmp_path / "bench.md"
     done = subprocess.run([sys.executable, "-m", "bench", "--rounds", "1", "--output", str(output),
                            "--fanout", "20", "--chain", "5", "--starts", "10", "--suspended", "5,20", "--deliveries", "10", "--suspended-started", "5",
-                           "--imperative", "12", "--history", "1000"], cwd=ROOT,
+                           "--imperative", "12", "--history", "1000", "--children", "6"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     table = output.read_text()
@@ -29,7 +29,9 @@ def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
                  "wake: 10 events delivered until all completed, 20 waiting", "tick: one pass with 20 waiting",
                  "wake: rate with 20 waiting / rate with 5 waiting",
                  "imperative chain: 5 awaited no-ops, per step", "imperative chain: 12 awaited no-ops, per step",
-                 "graph chain: 12 no-ops, per step", "imperative per step, long / short"):
+                 "graph chain: 12 no-ops, per step", "imperative per step, long / short",
+                 "children: 6 child executions of one no-op, per child", "fan-out: 6 no-op steps, per step",
+                 "more than a step of a fan-out"):
         assert case in table
     if connection.vendor == "postgresql":  # the cases that need it
         for case in ("| large history case |", "scale-out: fan-out of 20 no-ops as 2 executions of 10",

@@ -52,7 +52,7 @@ class Execution(models.Model):
     # that execution which follows it. A child goes with its parent when the parent is deleted.
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
                                editable=False)
-    parent_step = models.CharField(max_length=255, blank=True, default="", editable=False)
+    parent_step = models.CharField(max_length=255, blank=True, default="", db_default="", editable=False)
 
     objects = ExecutionQuerySet.as_manager()
 
