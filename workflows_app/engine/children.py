@@ -101,12 +101,15 @@ def follow(execution):
     """Under the parent's lock: each ``started`` step whose child has ended takes the child's
     outcome. A child ``cancelled`` while its parent is being cancelled is ``cancelled``; one
     cancelled on its own (by a user, its own code) is a failed step for its parent."""
-    started = {op.name: op for op in Operation.objects.filter(execution_id=execution.pk, kind=StepKind.WORKFLOW,
-                                                               state=OperationState.STARTED)}
-    ended = Execution.objects.filter(parent_id=execution.pk, parent_step__in=list(started), status__in=EXECUTION_TERMINAL)
-    for child in ended.only("pk", "workflow_id", "status", "error", "payload", "parent_step"):
+    started = Operation.objects.filter(execution_id=execution.pk, kind=StepKind.WORKFLOW, state=OperationState.STARTED)
+    ended = list(Execution.objects.filter(parent_id=execution.pk, status__in=EXECUTION_TERMINAL,
+                                          parent_step__in=started.values("name"))
+                 .only("pk", "workflow_id", "status", "error", "payload", "parent_step"))
+    # Only the steps of the children that ended: a parent of many is woken by each of them.
+    steps = {op.name: op for op in started.filter(name__in=[child.parent_step for child in ended])}
+    for child in ended:
         target, fields = _outcome(child, parent_stopping=execution.status in EXECUTION_CANCELLING)
-        operation_transition(started[child.parent_step], target, message=f"child execution {child.pk} {child.status}",
+        operation_transition(steps[child.parent_step], target, message=f"child execution {child.pk} {child.status}",
                              data={"child": str(child.pk)}, **fields)
 
 
