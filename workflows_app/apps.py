@@ -10,7 +10,7 @@ class WorkflowsConfig(AppConfig):
         # Imported here, not at the top: models and their app registry must be ready first.
         from workflows_app import checks  # noqa: F401  (registers the system checks)
         from workflows_app import dispatch, embedded_redis
-        from workflows_app.engine import listeners, queueing  # noqa: F401  (connect their signal receivers)
+        from workflows_app.engine import children, listeners, queueing  # noqa: F401  (connect their signal receivers)
         from workflows_app.registry import load_workflow_modules
 
         app = dispatch.project_app()
