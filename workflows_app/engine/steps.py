@@ -127,8 +127,8 @@ def cancel(execution, operations, message, *, error=None, stop_processes=True, d
     error = error or cancelled_error(message)
     running, unsent, cancelled = [], [], []
     for operation in operations:
-        if operation.kind == StepKind.WORKFLOW and operation.state == OperationState.STARTED:
-            stopping.stop_child(execution, operation)
+        if operation.kind == StepKind.WORKFLOW and not operation.is_terminal:
+            stopping.stop_child(execution, operation)  # a reset step (resume) may have a running child
         was = _cancel_one(operation, message, error)
         if was is None:
             continue  # it ended meanwhile: its own terminal event stands
