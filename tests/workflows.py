@@ -594,12 +594,12 @@ def child_workflow(ctx, agent, other_agent, tag, fail=False, seconds=0.0):
 
 
 @workflow(name="it_parent")
-def parent_workflow(ctx, agent, other_agent, children=3, failing=(), catch=False, seconds=0.0):
-    """``children`` children (it_child) started at once, then awaited in order; the payload
-    combines theirs. A child in ``failing`` fails; with ``catch`` the parent compensates it with
-    the step ``undo-<child>`` and goes on."""
-    handles = [ctx.execute_workflow(f"child{i}", child_workflow, agent=agent, other_agent=other_agent, tag=f"c{i}",
-                                    fail=i in failing, seconds=seconds) for i in range(children)]
+def parent_workflow(ctx, agent, other_agent, children=3, failing=(), catch=False, seconds=0.0, prefix=""):
+    """``children`` children (it_child, tags ``<prefix>c<i>``) started at once, then awaited in
+    order; the payload combines theirs. A child in ``failing`` fails; with ``catch`` the parent
+    compensates it with the step ``undo-<child>`` (tag ``<prefix>undo-<child>``) and goes on."""
+    handles = [ctx.execute_workflow(f"child{i}", child_workflow, agent=agent, other_agent=other_agent,
+                                    tag=f"{prefix}c{i}", fail=i in failing, seconds=seconds) for i in range(children)]
     tags = []
     for handle in handles:
         try:
@@ -607,7 +607,7 @@ def parent_workflow(ctx, agent, other_agent, children=3, failing=(), catch=False
         except StepFailed:
             if not catch:
                 raise
-            ctx.await_execute(f"undo-{handle.name}", step, f"undo-{handle.name}", agent=agent)
+            ctx.await_execute(f"undo-{handle.name}", step, f"{prefix}undo-{handle.name}", agent=agent)
             tags.append(None)
     ctx.set_payload({"children": tags})
 

@@ -34,31 +34,28 @@ def ended_at(execution) -> int:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_parent_runs_three_children_on_two_agents_and_combines_their_results(stack):
+def test_parents_run_children_on_two_agents_and_a_failed_child_is_caught_or_fails_its_parent(stack):
     s = up(stack)
-    parent = services.start("it_parent", {"agent": s.h1, "other_agent": s.h2, "seconds": 0.5})
+    agents = {"agent": s.h1, "other_agent": s.h2}
+    parent = services.start("it_parent", {**agents, "seconds": 0.5})
+    failed = services.start("it_parent", {**agents, "children": 2, "failing": [1], "prefix": "f"})
+    caught = services.start("it_parent", {**agents, "children": 2, "failing": [1], "catch": True, "prefix": "k"})
+
     parent = finish(stack, parent, "completed")
     assert parent.payload == {"children": ["c0", "c1", "c2"]}
     kids = descendants(parent)
     assert sorted(kid.parent_step for kid in kids) == ["child0", "child1", "child2"]
     for i in range(3):
-        # Each child's two steps ran once each, on their two agents, at the same time as the others'.
+        # Each child's two steps ran once each, on their two agents.
         assert [run["agent"] for run in stack.invocations(f"c{i}-first")] == [s.h1]
         assert [run["agent"] for run in stack.invocations(f"c{i}-second")] == [s.h2]
     assert max(kid.started_at for kid in kids) < min(kid.ended_at for kid in kids), "side by side, not one by one"
 
-
-@pytest.mark.django_db(transaction=True)
-def test_a_failing_child_fails_its_parent_unless_the_parent_catches_it(stack):
-    s = up(stack)
-    failed = services.start("it_parent", {"agent": s.h1, "other_agent": s.h2, "children": 2, "failing": [1]})
-    caught = services.start("it_parent", {"agent": s.h1, "other_agent": s.h2, "children": 2, "failing": [1],
-                                          "catch": True})
     failed = finish(stack, failed, "failed")
-    assert "ChildFailed" in failed.error and "c1-second fails for good" in failed.error
+    assert "ChildFailed" in failed.error and "fc1-second fails for good" in failed.error
     caught = finish(stack, caught, "completed")
-    assert caught.payload == {"children": ["c0", None]}
-    assert len(stack.invocations("undo-child1")) == 1
+    assert caught.payload == {"children": ["kc0", None]}
+    assert len(stack.invocations("kundo-child1")) == 1 and not stack.invocations("fundo-child1")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -119,7 +116,7 @@ def test_resume_of_a_parent_resumes_its_failed_child_and_runs_nothing_twice(stac
 @pytest.mark.django_db(transaction=True)
 def test_a_manager_sigkilled_while_a_tree_runs_is_replaced_and_the_tree_completes_every_step_once(stack):
     s = up(stack)
-    parent = services.start("it_parent", {"agent": s.h1, "other_agent": s.h2, "seconds": 3.0})
+    parent = services.start("it_parent", {"agent": s.h1, "other_agent": s.h2, "seconds": 2.0})
     stack.wait_for(lambda: all(stack.invocations(f"c{i}-first") for i in range(3)), 30, "the children's first steps")
     stack.kill(s.manager)
     stack.start_manager(concurrency=4)
