@@ -20,7 +20,7 @@ from workflows_app.states import (
     EventType,
     ExecutionStatus,
 )
-from workflows_app.transitions import execution_transition, record_event
+from workflows_app.transitions import record_event
 
 
 def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None,
@@ -94,15 +94,10 @@ def kill(execution_id) -> Execution:
     dispatch.broadcast_kill(execution.pk, dispatcher=True)
     with transaction.atomic():
         execution = _locked(execution_id)
-        if execution.status in EXECUTION_WAITING:
-            return execution_transition(execution, ExecutionStatus.CANCELLED, message="kill: cancelled before it started")
         if execution.status in EXECUTION_TERMINAL:  # it ended while we waited for the lock
             steps.stop_attempts(execution.pk, stopping.leftover_attempts(execution))
             return execution
-        if execution.status != ExecutionStatus.KILL_CANCELLING:
-            execution_transition(execution, ExecutionStatus.KILL_CANCELLING, renew_token=True, message="kill requested")
-        stopping.carry_on(execution)
-    return execution
+        return stopping.stop(execution, ExecutionStatus.KILL_CANCELLING, "kill")
 
 
 #: Where resume and force-resume are allowed (SPEC §4).
@@ -186,14 +181,10 @@ def _stop(execution_id, action, target) -> Execution:
     with transaction.atomic():
         execution = _locked(execution_id)
         status = ExecutionStatus(execution.status)
-        if status in EXECUTION_WAITING:
-            return execution_transition(execution, ExecutionStatus.CANCELLED, message=f"{action}: cancelled before it started")
-        if target not in EXECUTION_TRANSITIONS[status]:
+        if status not in EXECUTION_WAITING and target not in EXECUTION_TRANSITIONS[status]:
             allowed = sorted(EXECUTION_WAITING) + sorted(s for s, targets in EXECUTION_TRANSITIONS.items() if target in targets)
             raise ActionRefused(action, execution.pk, status, allowed)
-        execution_transition(execution, target, message=f"{action} requested")
-        stopping.carry_on(execution)
-    return execution
+        return stopping.stop(execution, target, action)
 
 
 def _locked(execution_id) -> Execution:

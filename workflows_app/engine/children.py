@@ -16,7 +16,7 @@ Stopping a tree is ``engine.stopping``'s (a step's child is stopped before the s
 cancelled), resuming one ``engine.resuming``'s.
 """
 
-from django.db import connection, transaction
+from django.db import connection
 from django.dispatch import receiver
 
 from workflows_app import dispatch
@@ -49,7 +49,9 @@ def send(execution, operations):
     """Start the child of each step of ``operations`` (pending or reset, under the parent's lock),
     or find the one it has; the step ends up ``started``. A child refused by its own deployment
     (``ExistingRunningExecution``) is never stored: its step fails with that error. Returns the
-    steps it started."""
+    steps it started. Either is seen by a pass of the parent without a message of its own: the
+    pass that stored the step (``WorkflowContext._store``) or the one its resume sends, which
+    follows a child that had ended and could not be resumed."""
     started = []
     for step in operations:
         operation_transition(step, OperationState.SENDING)
@@ -60,15 +62,12 @@ def send(execution, operations):
             except ExistingRunningExecution as refused:
                 operation_transition(step, OperationState.FAILED, message=str(refused)[:500], error={
                     "type": "ExistingRunningExecution", "message": str(refused), "traceback": ""})
-                transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
                 continue
             record_event(execution.pk, EventType.CHILD_STARTED, f"child execution {child.pk} ({child.workflow_id}) started",
                          {"child": str(child.pk), "workflow": child.workflow_id}, operation=step.name)
         operation_transition(step, OperationState.SENT, message=f"child execution {child.pk}", data={"child": str(child.pk)})
         operation_transition(step, OperationState.STARTED, message=f"child execution {child.pk} is {child.status}")
         started.append(step)
-        if child.status in EXECUTION_TERMINAL:  # a resume could not resume it: followed at once
-            transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
     return started
 
 

@@ -1,8 +1,8 @@
 """Stopping an execution: what cancel, force-cancel and kill do once asked (SPEC §4, §7).
 
-The services (``workflows_app.services``) move the execution into ``cancelling``,
-``force_cancelling`` or ``kill_cancelling`` and call :func:`carry_on` in the same transaction.
-The dispatcher calls it again whenever it is woken for a stopping execution — an operation of a
+The services (``workflows_app.services``) decide whether the action is allowed; :func:`stop`
+moves the execution into ``cancelling``, ``force_cancelling`` or ``kill_cancelling`` and calls
+:func:`carry_on` in the same transaction. The dispatcher calls :func:`carry_on` again whenever it is woken for a stopping execution — an operation of a
 cancelling execution ended, or a manager started and carries on every execution it finds
 stopping (SPEC §9) — so a stop interrupted by a crash is finished by whoever comes next.
 
@@ -42,6 +42,24 @@ from workflows_app.transitions import execution_transition
 
 #: The error of an operation a kill stopped (SPEC §7: they end cancelled with error "killed").
 KILLED = {"type": "Killed", "message": "killed", "traceback": ""}
+
+
+def stop(execution, target, action):
+    """What cancel, force-cancel and kill do once allowed (``target``: ``cancelling``,
+    ``force_cancelling`` or ``kill_cancelling``; ``action`` names it in the events): one not
+    started yet is ``cancelled`` at once; an active one moves to ``target`` — a kill with a new
+    token, which its dispatcher no longer holds — unless it is past it already, and the stop is
+    carried on. Returns the execution."""
+    status = ExecutionStatus(execution.status)
+    if status in EXECUTION_WAITING:
+        return execution_transition(execution, ExecutionStatus.CANCELLED, message=f"{action}: cancelled before it started")
+    if status in EXECUTION_TERMINAL:
+        return execution
+    if target in EXECUTION_TRANSITIONS[status]:
+        execution_transition(execution, target, renew_token=target == ExecutionStatus.KILL_CANCELLING,
+                             message=f"{action} requested")
+    carry_on(execution)
+    return execution
 
 
 def carry_on(execution):
@@ -100,11 +118,13 @@ def stop_child(parent, step):
     if child is None or child.status in EXECUTION_TERMINAL:
         return
     if parent.status == ExecutionStatus.FORCE_CANCELLING:
-        return _stop_child(child.pk, ExecutionStatus.FORCE_CANCELLING, f"force-cancelled with its parent's step {step.name}")
-    # Its dispatcher may hold its row lock while it runs the workflow code: stopped first, as
-    # a kill of it from outside does (``services.kill``).
-    dispatch.broadcast_kill(child.pk, dispatcher=True)
-    _stop_child(child.pk, ExecutionStatus.KILL_CANCELLING, f"killed with its parent's step {step.name}")
+        target, action = ExecutionStatus.FORCE_CANCELLING, "force-cancel"
+    else:
+        # Its dispatcher may hold its row lock while it runs the workflow code: stopped first, as
+        # a kill of it from outside does (``services.kill``).
+        dispatch.broadcast_kill(child.pk, dispatcher=True)
+        target, action = ExecutionStatus.KILL_CANCELLING, "kill"
+    stop(progress.lock_execution(child.pk), target, f"{action} with its parent's step {step.name}")
 
 
 def cancel_children(parent):
@@ -112,18 +132,7 @@ def cancel_children(parent):
     waits for them as for its running steps: the end of each wakes it."""
     for pk in (Execution.objects.filter(parent_id=parent.pk, status__in=EXECUTION_ACTIVE - EXECUTION_CANCELLING)
                .values_list("pk", flat=True)):
-        _stop_child(pk, ExecutionStatus.CANCELLING, "cancelled with its parent")
-
-
-def _stop_child(pk, target, message):
-    child = progress.lock_execution(pk)
-    status = ExecutionStatus(child.status)
-    if status in EXECUTION_WAITING:
-        execution_transition(child, ExecutionStatus.CANCELLED, message=f"{message}: cancelled before it started")
-    elif status not in EXECUTION_TERMINAL:
-        if target in EXECUTION_TRANSITIONS[status]:
-            execution_transition(child, target, renew_token=target == ExecutionStatus.KILL_CANCELLING, message=message)
-        carry_on(child)
+        stop(progress.lock_execution(pk), ExecutionStatus.CANCELLING, "cancel with its parent")
 
 
 def cancelling_since(execution):
