@@ -4,7 +4,7 @@ their event, every other pair is refused and changes nothing (SPEC §4, §5, §1
 import itertools
 
 import pytest
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from tests.unit.test_states import SPEC_EXECUTION, SPEC_OPERATION, parse
 from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, TransitionRefused
@@ -18,7 +18,7 @@ from workflows_app.states import (
     OperationState,
     execution_event_type,
 )
-from workflows_app.transitions import execution_transition, operation_transition, operations_transition
+from workflows_app.transitions import create_operation, execution_transition, operation_transition, operations_transition
 
 EXECUTION_ALLOWED = parse(SPEC_EXECUTION)
 OPERATION_ALLOWED = parse(SPEC_OPERATION)
@@ -198,3 +198,32 @@ def test_a_refused_transition_inside_a_transaction_leaves_that_transaction_usabl
             operation_transition(stale, OperationState.SENDING)
         operation_transition(op, OperationState.SENT)  # the same transaction still works
     assert Operation.objects.get(pk=op.pk).state == "sent"
+
+
+def test_a_new_step_is_stored_already_sending_with_the_event_of_that_move(make_execution):
+    """``create_operation``: what storing a step and moving it from pending would write."""
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    operation = Operation(execution=execution, name="first", operation="noop", agent="a1")
+
+    create_operation(operation, OperationState.SENDING)
+
+    stored = Operation.objects.get(pk=operation.pk)
+    assert (stored.state, stored.attempt, operation.state, operation.attempt) == ("sending", 1, "sending", 1)
+    assert stored.pending_at is not None and stored.sending_at is not None
+    events = list(Event.objects.filter(execution=execution))
+    assert [(e.type, e.operation, e.data) for e in events] == [
+        (EventType.TASK_SENDING, "first", {"from": "pending", "to": "sending", "attempt": 1})]
+    operation_transition(operation, OperationState.SENT)  # it goes on from there like any other
+    assert Operation.objects.get(pk=operation.pk).state == "sent"
+
+
+def test_a_new_step_is_stored_with_its_event_or_not_at_all(make_execution, make_operation):
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    make_operation(execution=execution, name="taken")
+    before = Event.objects.count()
+    with pytest.raises(InvalidTransition):  # not a move from pending
+        create_operation(Operation(execution=execution, name="other", operation="noop", agent="a1"), OperationState.SUCCEEDED)
+    with pytest.raises(IntegrityError), transaction.atomic():  # the name is its execution's already
+        create_operation(Operation(execution=execution, name="taken", operation="noop", agent="a1"), OperationState.SENDING)
+    assert list(Operation.objects.filter(execution=execution).values_list("name", flat=True)) == ["taken"]
+    assert Event.objects.count() == before

@@ -52,45 +52,68 @@ def create_execution(execution, event) -> Execution:
     """Store a new ``execution`` (an unsaved instance, in the status it was built with) and its
     first ``event`` together: both or neither. ``event.execution`` is set to it.
 
-    On PostgreSQL this is one statement (the event's INSERT takes the execution's id from a
-    data-modifying CTE), which outside a transaction commits by itself: one round trip where
-    ``BEGIN``, two INSERTs and ``COMMIT`` took four, on the path of every start. Inside a
-    transaction it is part of it. Elsewhere, or when a field's value is left to the database
-    (a ``db_default`` without a Python default), both are saved by the ORM in the caller's
-    transaction or one of their own."""
-    ex_meta, event_meta = Execution._meta, Event._meta
-    values = [field.get_db_prep_save(field.pre_save(execution, True), connection) for field in ex_meta.concrete_fields]
+    On PostgreSQL this is one statement (:func:`_insert_with_event`), which outside a transaction
+    commits by itself: one round trip where ``BEGIN``, two INSERTs and ``COMMIT`` took four, on
+    the path of every start. Inside a transaction it is part of it."""
+    event.execution = execution
+    return _insert_with_event(execution, event, event_takes_id=True)
+
+
+def create_operation(operation, target) -> Operation:
+    """Store a new ``operation`` (an unsaved instance, ``pending``) already moved on to
+    ``target``, with the event of that move — what :func:`operation_transition` from ``pending``
+    right after the INSERT would write, in one statement on PostgreSQL instead of two: a step
+    that may start as it is stored (every step of an imperative workflow) goes in ``sending``."""
+    source, target = OperationState(operation.state), OperationState(target)
+    if source != OperationState.PENDING or target not in OPERATION_TRANSITIONS[source]:
+        raise InvalidTransition("operation", operation.pk, source, target, source)
+    attempt = operation.attempt + 1 if target == OperationState.SENDING else operation.attempt
+    event = _operation_event(operation, source, target, attempt, "", None)
+    operation.state, operation.attempt = target, attempt
+    setattr(operation, OPERATION_STATE_TIMESTAMP[target], timezone.now())
+    return _insert_with_event(operation, event, event_takes_id=False)
+
+
+def _insert_with_event(instance, event, *, event_takes_id):
+    """Save the new ``instance`` and ``event`` together. On PostgreSQL one statement (the
+    event's INSERT reads a data-modifying CTE, so it is written only with the row); with
+    ``event_takes_id`` its first column (the execution) is the new row's id. Elsewhere, or when a
+    field's value is left to the database (a ``db_default`` without a Python default), both are
+    saved by the ORM in the caller's transaction or one of their own."""
+    model = type(instance)
+    values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in model._meta.concrete_fields]
     if connection.vendor != "postgresql" or any(hasattr(value, "as_sql") for value in values):
         with _atomic():
-            execution.save(force_insert=True)
-            event.execution = execution
+            instance.save(force_insert=True)
             event.save(force_insert=True)
-        return execution
-    event.execution = execution
+        return instance
+    names = EVENT_COLUMNS[1:] if event_takes_id else EVENT_COLUMNS
     values += [field.get_db_prep_save(field.pre_save(event, True) if field.name == "timestamp" else getattr(event, field.attname),
                                       connection)
-               for field in map(event_meta.get_field, EVENT_COLUMNS[1:])]
+               for field in map(Event._meta.get_field, names)]
     with db.cursor() as cursor:
-        cursor.execute(_create_execution_sql(), values)
+        cursor.execute(_insert_with_event_sql(model, event_takes_id), values)
         event.pk = cursor.fetchone()[0]
-    for instance in (execution, event):
-        instance._state.adding, instance._state.db = False, connection.alias
-    return execution
+    for saved in (instance, event):
+        saved._state.adding, saved._state.db = False, connection.alias
+    return instance
 
 
 @functools.cache
-def _create_execution_sql():
-    """The statement of :func:`create_execution`, built once per process: every concrete column
-    of the execution, then the event's ``EVENT_COLUMNS`` but the first (the execution's id)."""
+def _insert_with_event_sql(model, event_takes_id):
+    """The statement of :func:`_insert_with_event`, built once per process and model: every
+    concrete column of the row, then the event's ``EVENT_COLUMNS`` (but the first, the new row's
+    id, when ``event_takes_id``)."""
     q = connection.ops.quote_name
-    ex_meta, event_meta = Execution._meta, Event._meta
-    ex_columns = ", ".join(q(field.column) for field in ex_meta.concrete_fields)
+    meta, event_meta = model._meta, Event._meta
+    columns = ", ".join(q(field.column) for field in meta.concrete_fields)
     event_columns = ", ".join(q(event_meta.get_field(name).column) for name in EVENT_COLUMNS)
-    placeholders = ", ".join(["%s"] * len(ex_meta.concrete_fields))
-    return (f"WITH ex AS (INSERT INTO {q(ex_meta.db_table)} ({ex_columns}) VALUES ({placeholders}) "
-            f"RETURNING {q(ex_meta.pk.column)}) "
-            f"INSERT INTO {q(event_meta.db_table)} ({event_columns}) "
-            f"SELECT ex.{q(ex_meta.pk.column)}, {', '.join(['%s'] * (len(EVENT_COLUMNS) - 1))} FROM ex "
+    placeholders = ", ".join(["%s"] * len(meta.concrete_fields))
+    taken = [f"new.{q(meta.pk.column)}"] if event_takes_id else []
+    selected = ", ".join(taken + ["%s"] * (len(EVENT_COLUMNS) - len(taken)))
+    return (f"WITH new AS (INSERT INTO {q(meta.db_table)} ({columns}) VALUES ({placeholders}) "
+            f"RETURNING {q(meta.pk.column)}) "
+            f"INSERT INTO {q(event_meta.db_table)} ({event_columns}) SELECT {selected} FROM new "
             f"RETURNING {q(event_meta.pk.column)}")
 
 
@@ -129,23 +152,26 @@ def execution_transition(execution, target, *, message="", data=None, token=None
         issued = new_token()
         updates["token_hash"] = hash_token(issued)
 
-    with _atomic():
-        rows = Execution.objects.filter(pk=execution.pk, status=source)
-        expected_hash = hash_token(token) if token is not None else fence
-        if expected_hash is not None:
-            rows = rows.filter(token_hash=expected_hash)
-        if rows.update(**updates) != 1:
-            _refuse_execution(execution, source, target, expected_hash)
-        event = Event.objects.create(
-            execution_id=execution.pk,
-            type=execution_event_type(source, target),
-            message=message or f"{source} -> {target}",
-            data={"from": source.value, "to": target.value, **(data or {})},
-        )
-        for name, value in updates.items():
-            setattr(execution, name, value)
-        execution.issued_token = issued
-        transaction.on_commit(lambda: _announce(execution, source, target, event))
+    expected_hash = hash_token(token) if token is not None else fence
+    event = Event(execution_id=execution.pk, type=execution_event_type(source, target),
+                  message=message or f"{source} -> {target}",
+                  data={"from": source.value, "to": target.value, **(data or {})})
+    conditions = {"pk": execution.pk, "status": source}
+    if expected_hash is not None:
+        conditions["token_hash"] = expected_hash
+    if connection.vendor == "postgresql":
+        changed = _update_with_event(Execution, conditions, updates, event)  # one statement
+    else:
+        with _atomic():
+            changed = Execution.objects.filter(**conditions).update(**updates)
+            if changed == 1:
+                event.save()
+    if changed != 1:
+        _refuse_execution(execution, source, target, expected_hash)
+    for name, value in updates.items():
+        setattr(execution, name, value)
+    execution.issued_token = issued
+    transaction.on_commit(lambda: _announce(execution, source, target, event))
     return execution
 
 
@@ -198,7 +224,7 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
 
     event = _operation_event(operation, source, target, updates.get("attempt", operation.attempt), message, data)
     if connection.vendor == "postgresql":
-        changed = _update_with_event(operation, source, updates, event, share_lock_execution)  # one statement
+        changed = _update_operation_with_event(operation, source, updates, event, share_lock_execution)  # one statement
     else:
         with _atomic():
             if share_lock_execution:  # SQLite: the transaction already holds the only write lock
@@ -220,34 +246,22 @@ LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode", "workflow_id")
 EVENT_COLUMNS = ("execution", "operation", "type", "message", "data", "timestamp")
 
 
-def _update_with_event(operation, source, updates, event, share_lock_execution=False) -> int:
-    """PostgreSQL: the compare-and-set UPDATE and the INSERT of its event as one statement (the
-    event is inserted only if the row moved): one round trip instead of two, on the path every
-    operation takes several times. Returns the number of rows moved (0 or 1).
+def _update_operation_with_event(operation, source, updates, event, share_lock_execution=False) -> int:
+    """PostgreSQL: the compare-and-set UPDATE of ``operation`` and the INSERT of its event as one
+    statement (:func:`_update_with_event`). Returns the number of rows moved (0 or 1).
 
     With ``share_lock_execution`` the execution's row is locked first, in the same statement: the
     UPDATE joins it, so the lock is taken before the operation's row is (the order of every
     writer of both, so no deadlock), and the execution's columns are read as locked (a locking
     read sees the latest committed row). A statement that follows sees what a writer of the
     execution committed while this one waited for the lock."""
-    op_meta, event_meta = Operation._meta, Event._meta
-    params = [op_meta.get_field(name).get_db_prep_save(value, connection) for name, value in updates.items()]
-    params += [op_meta.pk.get_db_prep_value(operation.pk, connection), source.value, operation.attempt]
-    event.timestamp = timezone.now()
-    params += [field.get_db_prep_save(event.timestamp if field.name == "timestamp" else getattr(event, field.attname), connection)
-               for field in map(event_meta.get_field, EVENT_COLUMNS)]
-    sql = _update_with_event_sql(tuple(updates), share_lock_execution)
+    conditions = {"pk": operation.pk, "state": source, "attempt": operation.attempt}
     if not share_lock_execution:
-        with db.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return 0
-        event.pk = row[0]
-        return 1
-    ex_meta = Execution._meta
-    execution_pk = ex_meta.pk.get_db_prep_value(operation.execution_id, connection)
-    rows = db.fetch(Execution, sql, [execution_pk, *params], names=LOCKED_EXECUTION_FIELDS, extra=("event_pk",))
+        return _update_with_event(Operation, conditions, updates, event)
+    sql = _update_with_event_sql(Operation, tuple(updates), tuple(conditions), share_lock_execution=True)
+    params = [Execution._meta.pk.get_db_prep_value(operation.execution_id, connection),
+              *_update_with_event_params(Operation, conditions, updates, event)]
+    rows = db.fetch(Execution, sql, params, names=LOCKED_EXECUTION_FIELDS, extra=("event_pk",))
     if not rows:
         return 0  # no such execution: nothing moved
     operation.execution = rows[0]
@@ -257,24 +271,53 @@ def _update_with_event(operation, source, updates, event, share_lock_execution=F
     return 1
 
 
+def _update_with_event(model, conditions, updates, event) -> int:
+    """PostgreSQL: the compare-and-set UPDATE of the row of ``model`` that matches every one of
+    ``conditions`` (field name -> value) and the INSERT of its event as one statement (the event
+    is inserted only if the row moved): one round trip instead of two, on the path every
+    operation takes several times and every execution at its start and its end. Returns the
+    number of rows moved (0 or 1)."""
+    sql = _update_with_event_sql(model, tuple(updates), tuple(conditions))
+    with db.cursor() as cursor:
+        cursor.execute(sql, _update_with_event_params(model, conditions, updates, event))
+        row = cursor.fetchone()
+    if row is None:
+        return 0
+    event.pk = row[0]
+    return 1
+
+
+def _update_with_event_params(model, conditions, updates, event):
+    meta = model._meta
+    params = [meta.get_field(name).get_db_prep_save(value, connection) for name, value in updates.items()]
+    params += [(meta.pk if name == "pk" else meta.get_field(name)).get_db_prep_value(value, connection)
+               for name, value in conditions.items()]
+    event.timestamp = timezone.now()
+    params += [field.get_db_prep_save(event.timestamp if field.name == "timestamp" else getattr(event, field.attname), connection)
+               for field in map(Event._meta.get_field, EVENT_COLUMNS)]
+    return params
+
+
 @functools.cache
-def _update_with_event_sql(names, share_lock_execution):
-    """The statement of :func:`_update_with_event` that sets the fields ``names``, built once per
-    process (per set of fields)."""
+def _update_with_event_sql(model, names, conditions, share_lock_execution=False):
+    """The statement of :func:`_update_with_event` that sets the fields ``names`` where the
+    fields ``conditions`` are equal to their values, built once per process (per model and sets
+    of fields); with ``share_lock_execution`` (operations), the one that locks the execution
+    first (:func:`_update_operation_with_event`)."""
     q = connection.ops.quote_name
-    op_meta, event_meta, ex_meta = Operation._meta, Event._meta, Execution._meta
-    assignments = ", ".join(f"{q(op_meta.get_field(name).column)} = %s" for name in names)
-    table = q(op_meta.db_table)
-    pk, state, attempt = (f"{table}.{q(op_meta.get_field(name).column)}" for name in ("id", "state", "attempt"))
+    meta, event_meta, ex_meta = model._meta, Event._meta, Execution._meta
+    assignments = ", ".join(f"{q(meta.get_field(name).column)} = %s" for name in names)
+    table = q(meta.db_table)
+    pk = f"{table}.{q(meta.pk.column)}"
+    where = " AND ".join(f"{table}.{q((meta.pk if name == 'pk' else meta.get_field(name)).column)} = %s"
+                         for name in conditions)
     insert = (f"INSERT INTO {q(event_meta.db_table)} ({', '.join(q(event_meta.get_field(name).column) for name in EVENT_COLUMNS)}) "
               f"SELECT {', '.join(['%s'] * len(EVENT_COLUMNS))} FROM moved RETURNING {q(event_meta.pk.column)}")
     if not share_lock_execution:
-        return (f"WITH moved AS (UPDATE {table} SET {assignments} "
-                f"WHERE {pk} = %s AND {state} = %s AND {attempt} = %s RETURNING {pk}) {insert}")
+        return f"WITH moved AS (UPDATE {table} SET {assignments} WHERE {where} RETURNING {pk}) {insert}"
     locked = ", ".join(q(ex_meta.get_field(name).column) for name in LOCKED_EXECUTION_FIELDS)
     return (f"WITH ex AS (SELECT {locked} FROM {q(ex_meta.db_table)} WHERE {q(ex_meta.pk.column)} = %s FOR SHARE), "
-            f"moved AS (UPDATE {table} SET {assignments} FROM ex "
-            f"WHERE {pk} = %s AND {state} = %s AND {attempt} = %s RETURNING {pk}), "
+            f"moved AS (UPDATE {table} SET {assignments} FROM ex WHERE {where} RETURNING {pk}), "
             f"ev AS ({insert}) "
             f"SELECT {locked}, (SELECT {q(event_meta.pk.column)} FROM ev) FROM ex")
 

@@ -249,7 +249,7 @@ class WorkflowContext:
         if execution.passes != passes + 1:
             self._load(Operation.objects.filter(execution_id=execution.pk))
         elif self._open:
-            fresh = list(Operation.objects.filter(pk__in=[self._operations[name].pk for name in self._open]))
+            fresh = steps.load([self._operations[name].pk for name in self._open])
             self._operations.update((op.name, op) for op in fresh)
             self._open = {op.name for op in fresh if not op.is_terminal}
             self._unhandled |= {op.name for op in fresh if op.state == OperationState.FAILED and not op.failure_handled}

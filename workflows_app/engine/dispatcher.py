@@ -40,14 +40,16 @@ def advance(execution_id):
         if execution is None:
             logger.warning("advance: execution %s does not exist", execution_id)
             return
-        if execution.status == ExecutionStatus.PENDING:
+        # A pending execution never ran: it has no steps to read.
+        new = execution.status == ExecutionStatus.PENDING
+        if new:
             execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
         if execution.children_ended:
             children.follow(execution)
         if execution.status == ExecutionStatus.STARTED:
             run = live.take(execution)
             try:
-                run = _run(execution, run)
+                run = _run(execution, run, new=new)
             except BaseException:
                 if run is not None:
                     run.close()
@@ -81,15 +83,16 @@ def _lock_sql():
             f"RETURNING {db.columns(Execution)}, {children.ended_sql(pk)}")
 
 
-def _run(execution, run):
+def _run(execution, run, *, new=False):
     """One pass: ``run`` is the live run this process kept, brought up to date, or ``None``
-    (the function runs from the top, in a new run). Returns the pass' run, if there was one."""
+    (the function runs from the top, in a new run). ``new``: the execution starts now (it has
+    no steps). Returns the pass' run, if there was one."""
     now = timezone.now()
     if policy.timeout_due(execution, now):
         end(execution, ExecutionStatus.TIMED_OUT, f"the execution's timeout of {execution.timeout}s passed")
         return run
     if run is None:
-        operations = list(Operation.objects.filter(execution_id=execution.pk))
+        operations = [] if new else list(Operation.objects.filter(execution_id=execution.pk))
         if failures.before_replay(execution, operations, now):
             return None  # running steps are awaited before the code sees the failure
     try:
@@ -142,7 +145,9 @@ def _settle(execution, ctx, *, suspended):
         first = failures.earliest([ctx._operations[name] for name in unseen])
         return end(execution, ExecutionStatus.FAILED, failures.describe(execution, first.name))
     if not suspended:
-        end(execution, ExecutionStatus.COMPLETED)
+        # The pass read every step it had not seen end (``WorkflowContext._open``): with none
+        # left, there is nothing to cancel, and no query to ask.
+        end(execution, ExecutionStatus.COMPLETED, steps_open=bool(ctx._open))
 
 
 def _save_payload(execution, ctx):
@@ -150,11 +155,13 @@ def _save_payload(execution, ctx):
         Execution.objects.filter(pk=execution.pk).update(payload=execution.payload)
 
 
-def end(execution, status, error=""):
+def end(execution, status, error="", *, steps_open=True):
     """Cancel first, terminate after: every operation that is not terminal gets its terminal
     state and event (running ones are asked to stop: SIGTERM, then SIGKILL after
-    KILL_GRACE_SECONDS), then the execution its terminal status and event."""
-    cancel_in_states(execution, OPERATION_ACTIVE, f"the execution ends {status}")
+    KILL_GRACE_SECONDS), then the execution its terminal status and event. ``steps_open``:
+    False when the caller knows that every step has ended."""
+    if steps_open:
+        cancel_in_states(execution, OPERATION_ACTIVE, f"the execution ends {status}")
     fields = {"error": error} if error else {}
     # The dispatcher's fence: only while the token it read is current (a kill or resume renews it).
     fence = execution.token_hash or None

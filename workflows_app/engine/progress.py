@@ -20,7 +20,7 @@ from workflows_app.states import (
     OperationState,
     StepKind,
 )
-from workflows_app.transitions import operations_transition
+from workflows_app.transitions import create_operation, operations_transition
 
 
 def lock_execution(execution_id):
@@ -69,10 +69,28 @@ def publish(operations):
 def send_ready(execution, operations, failed=None):
     """Send those of ``operations`` whose dependencies all succeeded, if new calls may start;
     returns those sent. ``failed``: as for :func:`policy.allows_new_calls`."""
+    ready = _ready(execution, operations, failed)
+    return send_many(_holding(execution, ready)) if ready else []
+
+
+def store(execution, operations, failed=None):
+    """Insert the new steps ``operations`` (unsaved, pending) and send those that may start
+    (:func:`send_ready`). A lone operation that may start is stored in ``sending`` at once, with
+    its event (``transitions.create_operation``: one statement on PostgreSQL where the INSERT
+    and the move took two): every step of an imperative workflow."""
+    if len(operations) == 1 and operations[0].kind == StepKind.OPERATION and _ready(execution, operations, failed):
+        moved = [create_operation(_holding(execution, operations)[0], OperationState.SENDING)]
+        transaction.on_commit(lambda: publish(moved))
+        return
+    Operation.objects.bulk_create(operations)
+    send_ready(execution, operations, failed)
+
+
+def _ready(execution, operations, failed):
+    """Those of ``operations`` that may be sent now: pending, every dependency succeeded, and
+    new calls allowed."""
     ready = [op for op in operations if op.state == OperationState.PENDING and op.pending_dependencies == 0]
-    if ready and policy.allows_new_calls(execution, failed):
-        return send_many(_holding(execution, ready))
-    return []
+    return ready if ready and policy.allows_new_calls(execution, failed) else []
 
 
 def _holding(execution, operations):

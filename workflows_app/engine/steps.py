@@ -6,13 +6,14 @@ Every function here runs in the caller's transaction, under the execution's row 
 (sends, revokes, kills) go out once it commits.
 """
 
+import functools
 import json
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
-from workflows_app import dispatch
+from workflows_app import db, dispatch
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import graph as graphs
 from workflows_app.engine import progress
@@ -25,6 +26,27 @@ from workflows_app.transitions import operation_transition
 
 #: How often a cancel reads a step again that an agent moved on meanwhile (sent -> started).
 CANCEL_TRIES = 3
+
+
+# --- reading ------------------------------------------------------------------------------
+
+def load(pks) -> list:
+    """The operations of ``pks``, as they are now, in no order: what a live run's pass reads
+    again of the steps it left open (``WorkflowContext._catch_up``), every pass of an imperative
+    workflow. On PostgreSQL a statement prepared once per connection (``db.fetch``): the ORM's
+    query built anew cost more than running it."""
+    if connection.vendor != "postgresql":
+        return list(Operation.objects.filter(pk__in=pks).order_by())
+    pk = Operation._meta.pk
+    return db.fetch(Operation, _load_sql(), [[pk.get_db_prep_value(value, connection) for value in pks]])
+
+
+@functools.cache
+def _load_sql():
+    """:func:`load`'s statement, built once per process."""
+    meta = Operation._meta
+    return (f"SELECT {db.columns(Operation)} FROM {connection.ops.quote_name(meta.db_table)} "
+            f"WHERE {connection.ops.quote_name(meta.pk.column)} = ANY(%s)")
 
 
 # --- storing ------------------------------------------------------------------------------
@@ -68,13 +90,14 @@ def store(execution, known, nodes, *, awaited, failed=None):
             row.retry_backoff = definition.retry_backoff
             row.timeout = _first(node.options.get("timeout"), definition.timeout, None)
         rows.append(row)
-    Operation.objects.bulk_create(rows)
+    progress.store(execution, rows, failed)
     known.update((row.name, row) for row in rows)
+    # The dependencies after the sends: no message goes out before this transaction commits, and
+    # a completion counts its dependents down only under the execution's lock, which it holds.
     OperationDependency.objects.bulk_create([
         OperationDependency(operation=known[node.name], depends_on=known[dep])
         for node in new for dep in node.depends_on
     ])
-    progress.send_ready(execution, rows, failed)
     return rows
 
 
