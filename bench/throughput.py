@@ -9,6 +9,12 @@ and agent worker processes (the plain Celery tasks go to the agent's queue).
 4. start throughput: K ``POST /api/v1/executions`` (DRF's ``APIClient``, in this process), 201s
    per second / K ``send_task`` of the no-op per second. What the starts started is waited for
    (untimed) before the next case.
+5. the fan-out's durable floor (PostgreSQL): a ``group`` of N tasks that each do only the durable
+   work Switchyard's guarantees ask of an operation, with no engine: their N rows inserted in one
+   committed statement before the group is sent (stored before sent), then in each task a
+   committed claim of its attempt before it runs (fencing) and its result committed before it
+   returns (acknowledged after commit). Measured right after the ``group``, in every round, from
+   the insert until every result is in; what is left between it and the fan-out is the engine's.
 
 Given the manager's and the agent's processes, each round also takes the CPU every part of the
 machine spends (``bench/cpu.py``) on the fan-out and the ``group``, per operation, and on the
@@ -25,8 +31,10 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from django.db import connection
+
 from bench import cpu
-from bench.workflows import CELERY_NOOP
+from bench.workflows import CELERY_DURABLE_NOOP, CELERY_NOOP, FLOOR_TABLE
 
 POLL = 0.005
 TIMEOUT = 300.0
@@ -44,6 +52,8 @@ class Row:
     cpu: dict = field(default_factory=dict)
     #: For a CPU row, the wall time per unit of work (ms) of each side, for how busy the cores were.
     wall: dict = field(default_factory=dict)
+    #: What the note column says before anything the report works out.
+    note: str = ""
 
 
 def _wait_completed(execution_id, timeout=TIMEOUT):
@@ -71,12 +81,53 @@ def _switchyard(workflow_id, parameters):
     return _wait_completed(execution.pk) - asked
 
 
-def _celery(signature):
-    asked = time.monotonic()
+def _celery(signature, asked=None):
+    """Seconds from ``asked`` (default: now) until every result of ``signature`` is in."""
+    asked = time.monotonic() if asked is None else asked
     result = signature.apply_async()
     result.get(timeout=TIMEOUT, propagate=True, interval=POLL, disable_sync_subtasks=False)
     elapsed = time.monotonic() - asked
     result.forget()
+    return elapsed
+
+
+def _floor_create():
+    """The durable floor's table, one row per operation (PostgreSQL); dropped by :func:`_floor_drop`."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, attempt int NOT NULL, "
+                       "state text NOT NULL, result jsonb)")
+
+
+def _floor_drop():
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+
+
+def _floor_group(app, agent, count):
+    """Empty the table (untimed) and build the group of ``count`` durable no-ops, rows 1 to ``count``,
+    attempt 1: built before the clock starts, as the plain ``group`` is."""
+    from celery import group
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {FLOOR_TABLE}")
+    return group([app.signature(CELERY_DURABLE_NOOP, args=(i, 1), queue=agent, immutable=True)
+                  for i in range(1, count + 1)])
+
+
+def _floor(signature, count):
+    """The durable floor: the rows stored, ``sent``, in one committed statement before the group is
+    sent, then the group until every result is in; seconds. Every row must have ended
+    ``succeeded``: a claim refused would make the floor look cheaper than it is."""
+    asked = time.monotonic()
+    with connection.cursor() as cursor:  # autocommit: the statement commits
+        cursor.execute(f"INSERT INTO {FLOOR_TABLE} (id, attempt, state) "
+                       "SELECT i, 1, 'sent' FROM generate_series(1, %s) AS i", [count])
+    elapsed = _celery(signature, asked)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {FLOOR_TABLE} WHERE state = 'succeeded'")
+        succeeded = cursor.fetchone()[0]
+    if succeeded != count:
+        raise RuntimeError(f"durable floor: {succeeded} of {count} rows succeeded")
     return elapsed
 
 
@@ -112,10 +163,22 @@ def _sends(app, k, agent):
 
 def run(stack, agent, rounds, sizes=None, processes=None):
     """The rows of :func:`report`; ``processes``: the manager's and the agent's ``StackProcess``,
-    for the CPU rows (left out without them)."""
-    from celery import chain, chord, group
-
+    for the CPU rows (left out without them). The durable floor is measured on PostgreSQL with a
+    result backend; its table is dropped at the end, whatever happened."""
     from switchyard.celery import app
+
+    floor = bool(app.conf.result_backend) and connection.vendor == "postgresql"
+    if floor:
+        _floor_create()
+    try:
+        return _run(app, agent, rounds, sizes, processes, floor)
+    finally:
+        if floor:
+            _floor_drop()
+
+
+def _run(app, agent, rounds, sizes, processes, floor):
+    from celery import chain, chord, group
 
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     n, m, k = sizes["fanout"], sizes["chain"], sizes["starts"]
@@ -132,6 +195,9 @@ def run(stack, agent, rounds, sizes=None, processes=None):
     )}
     rows["starts"] = Row(f"start throughput: {k} starts (Switchyard: POST /executions 201s; Celery: send_task)",
                          [], [], unit="/s")
+    if floor:  # its Switchyard column is the fan-out's own list of times: its ratio is fan-out / floor
+        rows["floor"] = Row(f"fan-out: {n} no-ops, durable floor (a group whose tasks make the two commits)",
+                            rows["fanout"].switchyard, [])
     meters = {}
     if processes:
         for key, case in (("fanout cpu", f"fan-out: CPU per operation, every process on the machine ({n} no-ops)"),
@@ -139,6 +205,11 @@ def run(stack, agent, rounds, sizes=None, processes=None):
                                          f"send_task until its task ran; {k} starts)")):
             rows[key] = Row(case, [], [], unit="ms")
             meters[key] = {side: cpu.Meter(*(process.pid for process in processes)) for side in ("switchyard", "celery")}
+        if floor:  # the floor's meter only: its Switchyard column is the fan-out's own list
+            rows["floor cpu"] = Row(f"fan-out: CPU per operation, durable floor ({n} no-ops)",
+                                    rows["fanout cpu"].switchyard, [], unit="ms",
+                                    note="Switchyard: the fan-out's, above")
+            meters["floor cpu"] = {"celery": cpu.Meter(*(process.pid for process in processes))}
 
     def metered(key, side, count):
         return meters[key][side].measure(count) if key in meters else nullcontext()
@@ -151,6 +222,8 @@ def run(stack, agent, rounds, sizes=None, processes=None):
         _wait_completed(execution_id)
     if has_backend:
         _celery(group(noops(2)))
+        if floor:
+            _floor(_floor_group(app, agent, 2), 2)
         _celery(chord(noops(2), noop.clone()))
         for result in _sends(app, 5, agent)[1]:
             result.get(timeout=TIMEOUT, interval=POLL)
@@ -164,10 +237,15 @@ def run(stack, agent, rounds, sizes=None, processes=None):
         if has_backend:
             with metered("fanout cpu", "celery", n):
                 rows["fanout"].celery.append(_celery(group(noops(n))))
+            if floor:  # beside the group, so the two are taken under the same conditions
+                signature = _floor_group(app, agent, n)
+                with metered("floor cpu", "celery", n):
+                    rows["floor"].celery.append(_floor(signature, n))
             rows["fanin"].celery.append(_celery(chord(noops(n), noop.clone())))
             rows["chain"].celery.append(_celery(chain(noops(m))))
-        for key in ("fanout", "fanin", "chain"):
-            _progress(round_, rows[key])
+        for key in ("fanout", "floor", "fanin", "chain"):
+            if key in rows:
+                _progress(round_, rows[key])
 
         began = time.monotonic()
         with metered("starts cpu", "switchyard", k):
@@ -192,17 +270,28 @@ def run(stack, agent, rounds, sizes=None, processes=None):
             rows["starts cpu"].wall.setdefault("switchyard", []).append(starts_wall / k * 1000)
             rows["starts cpu"].wall.setdefault("celery", []).append(sends_wall / k * 1000)
 
-    out = [rows["fanout"], rows["fanin"], rows["chain"]]
+    out = [rows["fanout"]]
+    if floor:
+        fan_out, group_, floor_ = (statistics.median(values) for values in (
+            rows["fanout"].switchyard, rows["fanout"].celery, rows["floor"].celery))
+        rows["floor"].note = (f"Switchyard: the fan-out's. Fan-out / group {fan_out / group_:.2f}, floor / group "
+                              f"{floor_ / group_:.2f}, fan-out / floor {fan_out / floor_:.2f}")
+        out.append(rows["floor"])
+    out += [rows["fanin"], rows["chain"]]
     per_step = Row(f"chain: per step (total / {m}), ms", [v / m * 1000 for v in rows["chain"].switchyard],
                    [v / m * 1000 for v in rows["chain"].celery], unit="ms")
     out += [per_step, rows["starts"]]
     if meters:
         rows["fanout cpu"].wall = {"switchyard": [v / n * 1000 for v in rows["fanout"].switchyard],
                                    "celery": [v / n * 1000 for v in rows["fanout"].celery]}
-        for key in ("fanout cpu", "starts cpu"):
+        if floor:
+            rows["floor cpu"].wall = {"celery": [v / n * 1000 for v in rows["floor"].celery]}
+        for key in ("fanout cpu", "floor cpu", "starts cpu"):
+            if key not in meters:
+                continue
             row = rows[key]
-            for side in ("switchyard", "celery"):
-                row.cpu[side] = meters[key][side].samples
+            for side, meter in meters[key].items():
+                row.cpu[side] = meter.samples
                 getattr(row, side).extend(sum(sample.values()) for sample in row.cpu[side])
             out.append(row)
     return out
@@ -236,6 +325,7 @@ def report(rows):
         if row.cpu:
             note = "; ".join(f"{side.capitalize()}: {_breakdown(row, side)}" for side in ("switchyard", "celery")
                              if row.cpu.get(side))
+        note = "; ".join(part for part in (row.note, note) if part)
         unit = {"s": "s", "/s": "starts/s", "ms": "ms"}[row.unit]
         if row.unit == "/s":
             note = (note + " " if note else "") + "per second: higher is better"

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from celery import shared_task
 
+from workflows_app import db
+from workflows_app.dispatch import TASK_OPTIONS
 from workflows_app.sdk import operation, workflow
 
 BENCH_DIR_ENV = "SWITCHYARD_BENCH_DIR"
@@ -114,6 +116,32 @@ def celery_noop(*args):
     """The plain Celery no-op; it keeps its result (the project ignores results by default): a
     group, chord or chain is waited on through the result backend."""
     return None
+
+
+#: The durable floor's table (PostgreSQL; ``bench/throughput.py`` creates, fills and drops it).
+FLOOR_TABLE = "bench_durable_floor"
+CELERY_DURABLE_NOOP = "bench.celery_durable_noop"
+_CLAIM = f"UPDATE {FLOOR_TABLE} SET state = 'started' WHERE id = %s AND attempt = %s AND state = 'sent'"
+_RESULT = (f"UPDATE {FLOOR_TABLE} SET state = 'succeeded', result = %s::jsonb "
+           "WHERE id = %s AND attempt = %s AND state = 'started'")
+
+
+@shared_task(name=CELERY_DURABLE_NOOP, **{**TASK_OPTIONS, "ignore_result": False})
+def celery_durable_noop(row_id, attempt):
+    """A no-op that does only what Switchyard's guarantees ask of an operation: the durable
+    floor. Its attempt is claimed in a committed statement before it runs (fencing: a second
+    delivery changes no row and stops there), and its result committed before it returns, so
+    before its late acknowledgement. Autocommit, on the pool process's kept connection, through
+    the cursor Switchyard's own statements use (bound on the server, prepared once run often).
+    It is acknowledged as an operation's message is (``TASK_OPTIONS``), and keeps its Celery
+    result like ``celery_noop``: the group is waited on the same way."""
+    result = None
+    with db.cursor() as cursor:
+        cursor.execute(_CLAIM, [row_id, attempt])
+        if cursor.rowcount != 1:
+            return None
+        cursor.execute(_RESULT, [json.dumps(result), row_id, attempt])
+    return result
 
 
 # --- suspended scale (bench/suspended.py) ------------------------------------------------

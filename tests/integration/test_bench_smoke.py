@@ -35,8 +35,12 @@ def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
         assert case in table
     if connection.vendor == "postgresql":  # the cases that need it
         for case in ("| large history case |", "scale-out: fan-out of 20 no-ops as 2 executions of 10",
-                     "| 2 managers, 2 agents |", "database cost per operation"):
+                     "| 2 managers, 2 agents |", "database cost per operation",
+                     "fan-out: 20 no-ops, durable floor (a group whose tasks make the two commits)",
+                     "fan-out: CPU per operation, durable floor (20 no-ops)", "fan-out / floor"):
             assert case in table
+    else:  # the durable floor's table is PostgreSQL's
+        assert "durable floor" not in table
 
 
 def test_the_admin_page_timing_runs_and_reports_its_queries():
