@@ -10,6 +10,7 @@ check ``workflows.E001`` at start-up and by ``ConfigurationError`` on first read
 reloads when ``WORKFLOWS`` changes under ``override_settings``.
 """
 
+import functools
 import os
 from pathlib import Path
 
@@ -137,6 +138,12 @@ def var_dir() -> Path:
     project's ``BASE_DIR`` (Django's ``startproject`` convention), else ``var/`` in the current
     directory. Whoever writes there creates what it needs."""
     configured = os.environ.get(VAR_DIR_ENV)
-    if configured:
-        return Path(configured).resolve()
-    return (Path(getattr(settings, "BASE_DIR", None) or Path.cwd()) / "var").resolve()
+    path = Path(configured) if configured else Path(getattr(settings, "BASE_DIR", None) or Path.cwd()) / "var"
+    return _resolved(path if path.is_absolute() else Path.cwd() / path)
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved(path: Path) -> Path:
+    """``path`` (absolute) with its symbolic links resolved, once per process: an agent asks
+    for its directory on every operation, and resolving reads every part of the path."""
+    return path.resolve()

@@ -24,9 +24,13 @@ def incarnation():
 
 
 def running_dir(agent_name=None) -> Path:
-    path = var_dir() / "agents" / (agent_name or name() or "unnamed") / "running"
+    path = _running_path(agent_name)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _running_path(agent_name=None) -> Path:
+    return var_dir() / "agents" / (agent_name or name() or "unnamed") / "running"
 
 
 def attempt_key(operation_id, attempt) -> str:
@@ -71,12 +75,19 @@ def running_attempts() -> list[str]:
 
 
 def mark_running(key):
-    """Record that this process (the leader of its own process group) runs ``key``."""
-    (running_dir() / key).write_text(str(os.getpgrp()))
+    """Record that this process (the leader of its own process group) runs ``key``. Every
+    operation and every dispatcher pass does: the directory is made only when the file cannot
+    be written without it."""
+    path = _running_path() / key
+    try:
+        path.write_text(str(os.getpgrp()))
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(str(os.getpgrp()))
 
 
 def mark_done(key):
-    (running_dir() / key).unlink(missing_ok=True)
+    (_running_path() / key).unlink(missing_ok=True)
 
 
 def process_group_of(key):
