@@ -1,7 +1,9 @@
 """The one writer of execution statuses and operation states.
 
 Every change goes through :func:`execution_transition` or :func:`operation_transition` (or
-:func:`operations_transition`, the same for many operations at once):
+:func:`operations_transition`, the same for many operations at once); a new row is stored with
+its first event by :func:`create_execution`, or already moved on from ``pending`` by
+:func:`create_operation`:
 
 * the move must be in the table of :mod:`workflows_app.states`, else ``InvalidTransition``;
 * it is applied as a conditional UPDATE on the status (state and attempt) the caller read —
@@ -56,7 +58,7 @@ def create_execution(execution, event) -> Execution:
     commits by itself: one round trip where ``BEGIN``, two INSERTs and ``COMMIT`` took four, on
     the path of every start. Inside a transaction it is part of it."""
     event.execution = execution
-    return _insert_with_event(execution, event, event_takes_id=True)
+    return _insert_with_event(execution, event)
 
 
 def create_operation(operation, target) -> Operation:
@@ -71,15 +73,15 @@ def create_operation(operation, target) -> Operation:
     event = _operation_event(operation, source, target, attempt, "", None)
     operation.state, operation.attempt = target, attempt
     setattr(operation, OPERATION_STATE_TIMESTAMP[target], timezone.now())
-    return _insert_with_event(operation, event, event_takes_id=False)
+    return _insert_with_event(operation, event)
 
 
-def _insert_with_event(instance, event, *, event_takes_id):
+def _insert_with_event(instance, event):
     """Save the new ``instance`` and ``event`` together. On PostgreSQL one statement (the
-    event's INSERT reads a data-modifying CTE, so it is written only with the row); with
-    ``event_takes_id`` its first column (the execution) is the new row's id. Elsewhere, or when a
-    field's value is left to the database (a ``db_default`` without a Python default), both are
-    saved by the ORM in the caller's transaction or one of their own."""
+    event's INSERT reads a data-modifying CTE, so it is written only with the row; both ids are
+    made in Python). Elsewhere, or when a field's value is left to the database (a
+    ``db_default`` without a Python default), both are saved by the ORM in the caller's
+    transaction or one of their own."""
     model = type(instance)
     values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in model._meta.concrete_fields]
     if connection.vendor != "postgresql" or any(hasattr(value, "as_sql") for value in values):
@@ -87,12 +89,11 @@ def _insert_with_event(instance, event, *, event_takes_id):
             instance.save(force_insert=True)
             event.save(force_insert=True)
         return instance
-    names = EVENT_COLUMNS[1:] if event_takes_id else EVENT_COLUMNS
     values += [field.get_db_prep_save(field.pre_save(event, True) if field.name == "timestamp" else getattr(event, field.attname),
                                       connection)
-               for field in map(Event._meta.get_field, names)]
+               for field in map(Event._meta.get_field, EVENT_COLUMNS)]
     with db.cursor() as cursor:
-        cursor.execute(_insert_with_event_sql(model, event_takes_id), values)
+        cursor.execute(_insert_with_event_sql(model), values)
         event.pk = cursor.fetchone()[0]
     for saved in (instance, event):
         saved._state.adding, saved._state.db = False, connection.alias
@@ -100,20 +101,17 @@ def _insert_with_event(instance, event, *, event_takes_id):
 
 
 @functools.cache
-def _insert_with_event_sql(model, event_takes_id):
+def _insert_with_event_sql(model):
     """The statement of :func:`_insert_with_event`, built once per process and model: every
-    concrete column of the row, then the event's ``EVENT_COLUMNS`` (but the first, the new row's
-    id, when ``event_takes_id``)."""
+    concrete column of the row, then the event's ``EVENT_COLUMNS``."""
     q = connection.ops.quote_name
     meta, event_meta = model._meta, Event._meta
     columns = ", ".join(q(field.column) for field in meta.concrete_fields)
     event_columns = ", ".join(q(event_meta.get_field(name).column) for name in EVENT_COLUMNS)
     placeholders = ", ".join(["%s"] * len(meta.concrete_fields))
-    taken = [f"new.{q(meta.pk.column)}"] if event_takes_id else []
-    selected = ", ".join(taken + ["%s"] * (len(EVENT_COLUMNS) - len(taken)))
     return (f"WITH new AS (INSERT INTO {q(meta.db_table)} ({columns}) VALUES ({placeholders}) "
             f"RETURNING {q(meta.pk.column)}) "
-            f"INSERT INTO {q(event_meta.db_table)} ({event_columns}) SELECT {selected} FROM new "
+            f"INSERT INTO {q(event_meta.db_table)} ({event_columns}) SELECT {', '.join(['%s'] * len(EVENT_COLUMNS))} FROM new "
             f"RETURNING {q(event_meta.pk.column)}")
 
 

@@ -79,7 +79,7 @@ def store(execution, operations, failed=None):
     its event (``transitions.create_operation``: one statement on PostgreSQL where the INSERT
     and the move took two): every step of an imperative workflow."""
     if len(operations) == 1 and operations[0].kind == StepKind.OPERATION and _ready(execution, operations, failed):
-        moved = [create_operation(_holding(execution, operations)[0], OperationState.SENDING)]
+        moved = [create_operation(operations[0], OperationState.SENDING)]  # it holds ``execution``
         transaction.on_commit(lambda: publish(moved))
         return
     Operation.objects.bulk_create(operations)
