@@ -11,7 +11,9 @@ import gc
 import weakref
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests import workflows as test_workflows
@@ -193,3 +195,23 @@ def test_a_kill_drops_the_run():
     services.kill(execution.pk)
     advance(execution)
     assert not live.cached(execution.pk)
+
+
+def test_a_pass_reads_no_steps_it_knows_cannot_exist_or_be_open():
+    """A new execution has no steps to read; a kept run that completes has read each of its
+    steps end and asks for none to cancel: only the catch-up reads the operations."""
+    execution = services.start("it_counted_chain", {"n": 2, "tag": "reads"})
+
+    def reads_of_operations():
+        with CaptureQueriesContext(connection) as captured:
+            advanced = advance(execution)
+        return advanced, [q["sql"] for q in captured.captured_queries
+                          if q["sql"].lstrip().upper().startswith("SELECT") and "workflows_app_operation" in q["sql"]]
+
+    execution, first = reads_of_operations()
+    assert first == []
+    for _ in range(2):
+        succeed_current(execution)
+        execution, reads = reads_of_operations()
+        assert len(reads) == 1, reads  # the steps the run left open
+    assert execution.status == ExecutionStatus.COMPLETED

@@ -25,3 +25,19 @@ def test_a_group_whose_only_process_is_an_unreaped_zombie_is_not_running():
         child.kill()
         child.wait()
     assert not local.group_alive(child.pid) and not local.group_running(child.pid)
+
+
+def test_an_attempt_is_recorded_even_when_its_directory_was_removed(tmp_path, monkeypatch):
+    """The running directory is made when a record needs it, not looked up on every record."""
+    monkeypatch.setenv("SWITCHYARD_VAR_DIR", str(tmp_path / "var"))
+    monkeypatch.setenv(local.NAME_ENV, "recorder")
+    key = local.attempt_key("op", 1)
+    local.mark_running(key)  # no directory yet
+    assert local.process_group_of(key) == os.getpgrp()
+    local.mark_done(key)
+    assert local.process_group_of(key) is None
+    (tmp_path / "var" / "agents" / "recorder" / "running").rmdir()  # gone while the worker runs
+    local.mark_running(key)
+    assert local.running_keys() == [] and local.process_group_of(key) == os.getpgrp()
+    local.mark_done(key)
+    local.mark_done(key)  # twice, or with no record: nothing to do
