@@ -1,6 +1,6 @@
 """A worker's life, manager or agent: registering this run, starting its Celery worker,
 heart-beating, shutting down gracefully, and — when an agent starts again — declaring lost what
-its earlier runs left started."""
+its earlier runs left started and sending again what was sent to it and not started."""
 
 import logging
 import os
@@ -20,7 +20,7 @@ from agents.worker.forks import no_fork_meanwhile
 from agents.worker.control import terminate
 from workflows_app import outages
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import reports
+from workflows_app.engine import recovery, reports
 from workflows_app.models import Operation
 from workflows_app.states import OperationState
 
@@ -50,6 +50,11 @@ def _register(name, incarnation, concurrency):
     lost = Operation.objects.filter(agent=name, state=OperationState.STARTED).exclude(incarnation=incarnation)
     for operation in lost:
         reports.record_lost(operation, operation.attempt, f"lost: agent {name} started again")
+    # What was sent here and has not started may be a message the earlier run took and died
+    # with: sent again (same attempt: if the first is still queued, the second is dropped).
+    resent = recovery.resend_in_flight(agent=name)
+    if resent:
+        logger.info("agent %s: %d operation message(s) sent again", name, resent)
 
 
 def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), stop_first=()):

@@ -6,6 +6,8 @@ test checks what ran independently of what the engine recorded; and every test e
 event-log invariant (``assert_operation_events_consistent``).
 """
 
+import sys
+
 import psutil
 import pytest
 from celery.backends.base import DisabledBackend
@@ -284,6 +286,47 @@ def test_agent_killed_mid_operation_is_retried_after_it_starts_again(stack):
     # The agent that starts again kills the operation process groups its earlier run left on
     # this host (SPEC §9): the command attempt 1 started is gone long before its minute is up.
     stack.wait_for(lambda: gone(first["child"]), 30, f"the command {first['child']} of attempt 1 to be killed")
+    assert_operation_events_consistent(execution)
+
+
+#: Takes one message from a queue and holds it unacknowledged until it is SIGKILLed: what an
+#: agent's parent process does when it dies between taking an operation's message from its queue
+#: and starting it in a pool process.
+TAKE_AND_HOLD = """
+import sys, time
+from kombu import Connection, Exchange, Queue
+url, name, flag = sys.argv[1:]
+with Connection(url) as connection:
+    queue = Queue(name, Exchange(name, "direct"), routing_key=name)(connection.default_channel)
+    while (message := queue.get(no_ack=False)) is None:
+        time.sleep(0.05)
+    open(flag, "w").write(message.headers["id"])
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_its_agent_died_holding_runs_once_the_agent_starts_again(stack, tmp_path):
+    """On Redis, a message taken and never acknowledged is given back only after the visibility
+    timeout (an hour): the agent that starts again sends again what was sent to it and has not
+    started, and the operation runs once."""
+    from django.conf import settings
+
+    s = up(stack)
+    stack.stop(s.agents[s.h1])
+    execution = services.start("it_single", {"agent": s.h1, "tag": "held", "seconds": 0.0})
+    stack.wait_for_operation(execution.pk, "long", "sent")
+    flag = tmp_path / "taken"
+    holder = stack.start("holder", [sys.executable, "-c", TAKE_AND_HOLD, settings.CELERY_BROKER_URL, s.h1, str(flag)])
+    stack.wait_for(lambda: flag.exists() and flag.read_text(), 30, "the operation's message to be taken")
+    stack.kill(holder)
+    op = operations(execution)["long"]
+    assert flag.read_text() == task_id_for(op.pk, 1) and op.state == "sent"
+
+    stack.start_agent(s.h1)
+    finish(stack, execution, "completed", timeout=60)
+    assert len(stack.invocations("held")) == 1
+    assert operations(execution)["long"].attempt == 1
     assert_operation_events_consistent(execution)
 
 
