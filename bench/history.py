@@ -235,18 +235,26 @@ def _skip_foreign_key_checks(cursor):
 
 
 def remove_seed():
-    """Delete what :func:`seed` wrote (the database's own foreign keys do not cascade: children first)."""
-    t = _tables()
-    seeded = f"SELECT id FROM {t['Execution']} WHERE workflow_id = ANY(%(workflows)s) AND created_by = %(created_by)s"
-    params = {"workflows": list(SEED_WORKFLOWS), "created_by": SEED_CREATED_BY}
-    with transaction.atomic(), connection.cursor() as cursor:
-        _skip_foreign_key_checks(cursor)
-        cursor.execute(f"DELETE FROM {t['OperationDependency']} WHERE operation_id IN "
-                       f"(SELECT id FROM {t['Operation']} WHERE execution_id IN ({seeded}))", params)
-        for table in ("Wait", "Event", "Operation", "Execution"):
-            column = "id" if table == "Execution" else "execution_id"
-            cursor.execute(f"DELETE FROM {t[table]} WHERE {column} IN ({seeded})", params)
+    """Delete what :func:`seed` wrote."""
+    delete_executions("workflow_id = ANY(%s) AND created_by = %s", [list(SEED_WORKFLOWS), SEED_CREATED_BY])
     analyze()
+
+
+def delete_executions(where, params) -> int:
+    """Delete the executions ``where`` (SQL on the execution table, with ``params``) and every row
+    of theirs, in one transaction (the database's own foreign keys do not cascade: children
+    first); returns how many executions. Left to the benchmark's data: nothing runs them."""
+    t = _tables()
+    chosen = f"SELECT id FROM {t['Execution']} WHERE {where}"
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            _skip_foreign_key_checks(cursor)
+        cursor.execute(f"DELETE FROM {t['OperationDependency']} WHERE operation_id IN "
+                       f"(SELECT id FROM {t['Operation']} WHERE execution_id IN ({chosen}))", params)
+        for table in ("Wait", "Event", "Operation"):
+            cursor.execute(f"DELETE FROM {t[table]} WHERE execution_id IN ({chosen})", params)
+        cursor.execute(f"DELETE FROM {t['Execution']} WHERE {where}", params)
+        return cursor.rowcount
 
 
 def analyze():

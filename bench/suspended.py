@@ -44,6 +44,8 @@ from workflows_app.models.execution import hash_token, new_token
 from switchyard.celery import app
 from workflows_app.states import EventType, ExecutionStatus
 
+#: The workflow every execution of the case runs (``bench/workflows.py``).
+WORKFLOW = "bench_wait_event"
 POLL = 0.05
 TIMEOUT = 1800.0
 #: Starts per transaction: their advances are sent when it commits.
@@ -171,7 +173,7 @@ def tick_pass_ms():
 
 def _waiting(tag):
     """How many executions of the run ``tag`` (started through the engine) wait on their wait."""
-    return Wait.objects.filter(execution__workflow_id="bench_wait_event", execution__parameters__run=tag,
+    return Wait.objects.filter(execution__workflow_id=WORKFLOW, execution__parameters__run=tag,
                                execution__status=ExecutionStatus.STARTED).count()
 
 
@@ -220,7 +222,7 @@ def _start_waiting(tag, count, already):
     ids = []
     for first in range(0, count, BATCH):
         with transaction.atomic():
-            ids += [services.start("bench_wait_event", {"run": tag}).pk for _ in range(first, min(count, first + BATCH))]
+            ids += [services.start(WORKFLOW, {"run": tag}).pk for _ in range(first, min(count, first + BATCH))]
     _wait_until(lambda: _waiting(tag) == already + count, f"{already + count} executions suspended on their wait")
     return ids
 
@@ -244,7 +246,7 @@ def run(stack, processes, waiting=DEFAULT_WAITING, *, deliveries=DEFAULT_DELIVER
         raise ValueError("benchmark: at least two executions started and one delivery")
 
     # Warm up (imports, connections, pool processes) with one execution, untimed.
-    warm = services.start("bench_wait_event", {"run": f"{tag}-warm"})
+    warm = services.start(WORKFLOW, {"run": f"{tag}-warm"})
     _wait_until(lambda: Wait.objects.filter(execution_id=warm.pk).exists(), "the warm-up wait")
     services.send_event(warm.pk, "go", "warm")
     _wait_until(lambda: Execution.objects.filter(pk=warm.pk, status=ExecutionStatus.COMPLETED).exists(), "the warm-up")
