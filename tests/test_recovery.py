@@ -1,16 +1,19 @@
-"""Reconciling ``started`` operations with the workers' answers (SPEC §9), on the database
-alone: which are awaited and which are lost. The processes' side is in
-tests/integration/test_restart.py."""
+"""Carrying on after a restart (SPEC §9): reconciling ``started`` operations with the workers'
+answers, on the database alone (which are awaited and which are lost); what is sent again, on
+the real broker. The processes' side is in tests/integration/test_restart.py."""
 
 import uuid
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
 
-from agents.worker import manager
+from agents.worker import lifecycle, manager
 from agents.worker.local import attempt_key
 from agents.models import Agent
+from workflows_app import dispatch
+from workflows_app.engine import recovery
 from workflows_app.models import Event, Operation
 from workflows_app.states import ExecutionStatus, OperationState
 
@@ -106,3 +109,38 @@ def test_a_backlog_of_start_messages_is_not_sent_again_but_a_lost_one_is(make_ex
     _stale_pending(make_execution, 1)  # 4 executions to wake, 3 messages: one was lost
     timers.resend_stuck_messages(timezone.now())
     assert dispatch.waiting_messages(management_queue) == 3 + 4
+
+
+@pytest.fixture
+def agent_queues():
+    """Two agents' queues of this test's own on the real broker, deleted afterwards."""
+    from switchyard.celery import app
+
+    names = [f"test-agent-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    yield names
+    with app.connection_for_write() as connection:
+        for name in names:
+            connection.default_channel.queue_delete(queue=name)
+
+
+def test_an_agent_that_starts_again_sends_again_its_operations_sent_and_not_started(make_execution, make_operation,
+                                                                                     agent_queues):
+    mine, other = agent_queues
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    sent = make_operation(OperationState.SENT, execution, agent=mine, attempt=1)
+    make_operation(OperationState.SENT, execution, agent=other, attempt=1)
+    lifecycle._register(mine, "a-new-incarnation", 2)
+    assert dispatch.waiting_messages(mine) == 1, "its own, same attempt"
+    assert not dispatch.waiting_messages(other), "another agent's is left alone (its queue holds nothing)"
+    sent.refresh_from_db()
+    assert (sent.state, sent.attempt) == ("sent", 1)
+
+
+def test_an_agent_starts_when_the_broker_cannot_take_what_it_sends_again(monkeypatch, caplog, db):
+    def unreachable(agent=None):
+        raise BrokerError("Error 111 connecting to the broker")
+
+    monkeypatch.setattr(recovery, "resend_in_flight", unreachable)
+    lifecycle._register("an-agent", "its-incarnation", 2)
+    assert Agent.objects.get(name="an-agent").incarnation == "its-incarnation"
+    assert "could not send again what was sent to it" in caplog.text

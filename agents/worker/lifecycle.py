@@ -13,6 +13,7 @@ from celery import current_app
 from celery.signals import worker_ready, worker_shutting_down
 from django.db import close_old_connections, connections
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
 
 from agents.models import Agent
 from agents.worker import local, pool
@@ -52,7 +53,11 @@ def _register(name, incarnation, concurrency):
         reports.record_lost(operation, operation.attempt, f"lost: agent {name} started again")
     # What was sent here and has not started may be a message the earlier run took and died
     # with: sent again (same attempt: if the first is still queued, the second is dropped).
-    resent = recovery.resend_in_flight(agent=name)
+    try:
+        resent = recovery.resend_in_flight(agent=name)
+    except BrokerError as exc:  # the worker waits for the broker; a manager's start sends them again
+        logger.warning("agent %s: could not send again what was sent to it and has not started: %s", name, exc)
+        return
     if resent:
         logger.info("agent %s: %d operation message(s) sent again", name, resent)
 

@@ -11,6 +11,7 @@ import sys
 import psutil
 import pytest
 from celery.backends.base import DisabledBackend
+from django.conf import settings
 
 from tests import workflows as wf
 from tests.integration.harness import assert_operation_events_consistent, describe_execution
@@ -310,8 +311,6 @@ def test_a_message_its_agent_died_holding_runs_once_the_agent_starts_again(stack
     """On Redis, a message taken and never acknowledged is given back only after the visibility
     timeout (an hour): the agent that starts again sends again what was sent to it and has not
     started, and the operation runs once."""
-    from django.conf import settings
-
     s = up(stack)
     stack.stop(s.agents[s.h1])
     execution = services.start("it_single", {"agent": s.h1, "tag": "held", "seconds": 0.0})
