@@ -6,14 +6,16 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
+from kombu import Exchange, Queue
 from kombu.exceptions import OperationalError as BrokerError
 
 from agents.worker import lifecycle, manager
 from agents.worker.local import attempt_key
 from agents.models import Agent
+from switchyard.celery import app
 from workflows_app import dispatch
-from workflows_app.engine import recovery
 from workflows_app.models import Event, Operation
 from workflows_app.states import ExecutionStatus, OperationState
 
@@ -111,11 +113,10 @@ def test_a_backlog_of_start_messages_is_not_sent_again_but_a_lost_one_is(make_ex
     assert dispatch.waiting_messages(management_queue) == 3 + 4
 
 
+
 @pytest.fixture
 def agent_queues():
     """Two agents' queues of this test's own on the real broker, deleted afterwards."""
-    from switchyard.celery import app
-
     names = [f"test-agent-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     yield names
     with app.connection_for_write() as connection:
@@ -123,24 +124,36 @@ def agent_queues():
             connection.default_channel.queue_delete(queue=name)
 
 
-def test_an_agent_that_starts_again_sends_again_its_operations_sent_and_not_started(make_execution, make_operation,
-                                                                                     agent_queues):
+def _die_holding(queue):
+    """Take the message waiting in ``queue`` and go away without acknowledging it or giving it
+    back, as a worker SIGKILLed between taking a message and running it does."""
+    connection = app.connection_for_write()
+    channel = connection.default_channel
+    assert Queue(queue, Exchange(queue, "direct"), routing_key=queue)(channel).get(no_ack=False) is not None
+    channel.qos.restore_at_shutdown = False
+    connection.close()
+
+
+@pytest.mark.skipif(not str(settings.CELERY_BROKER_URL).startswith(("redis", "unix")),
+                    reason="Redis holds a dead consumer's messages until its visibility timeout; RabbitMQ gives them back itself")
+def test_an_agent_that_starts_again_gets_back_the_messages_its_earlier_run_died_holding(agent_queues, db):
     mine, other = agent_queues
-    execution = make_execution(status=ExecutionStatus.STARTED)
-    sent = make_operation(OperationState.SENT, execution, agent=mine, attempt=1)
-    make_operation(OperationState.SENT, execution, agent=other, attempt=1)
+    for queue in (mine, other):
+        app.send_task("agents.run_operation", args=[str(uuid.uuid4()), 1], queue=queue, ignore_result=True)
+        _die_holding(queue)
+    assert not dispatch.waiting_messages(mine) and not dispatch.waiting_messages(other)
+
     lifecycle._register(mine, "a-new-incarnation", 2)
-    assert dispatch.waiting_messages(mine) == 1, "its own, same attempt"
-    assert not dispatch.waiting_messages(other), "another agent's is left alone (its queue holds nothing)"
-    sent.refresh_from_db()
-    assert (sent.state, sent.attempt) == ("sent", 1)
+    assert dispatch.waiting_messages(mine) == 1, "given back to its queue"
+    assert not dispatch.waiting_messages(other), "another agent's is left where it is"
+    assert dispatch.give_back_held(other) == 1
 
 
-def test_an_agent_starts_when_the_broker_cannot_take_what_it_sends_again(monkeypatch, caplog, db):
-    def unreachable(agent=None):
+def test_an_agent_starts_when_the_broker_cannot_give_back_what_its_earlier_run_held(monkeypatch, caplog, db):
+    def unreachable(queue):
         raise BrokerError("Error 111 connecting to the broker")
 
-    monkeypatch.setattr(recovery, "resend_in_flight", unreachable)
+    monkeypatch.setattr(dispatch, "give_back_held", unreachable)
     lifecycle._register("an-agent", "its-incarnation", 2)
     assert Agent.objects.get(name="an-agent").incarnation == "its-incarnation"
-    assert "could not send again what was sent to it" in caplog.text
+    assert "could not give back the messages its earlier run held" in caplog.text

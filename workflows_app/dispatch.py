@@ -23,6 +23,7 @@ worker reads.
 """
 
 import functools
+import json
 import logging
 
 from celery import current_app
@@ -224,10 +225,34 @@ def ask_running(timeout):
     return answers
 
 
+def _on_redis() -> bool:
+    return str(current_app.conf.broker_url or "").startswith(("redis://", "rediss://", "redis+socket://", "unix://"))
+
+
 def broker_identity():
     """The broker server's identity (Redis' ``run_id``, new after each restart), or None for a
     broker that keeps its queues across a restart (RabbitMQ's durable queues)."""
-    if not str(current_app.conf.broker_url or "").startswith(("redis://", "rediss://", "redis+socket://", "unix://")):
+    if not _on_redis():
         return None
     with current_app.connection_for_write() as connection:
         return connection.default_channel.client.info("server").get("run_id")
+
+
+def give_back_held(queue) -> int:
+    """Put back at the head of ``queue`` every message of it that a consumer took and never
+    acknowledged; returns how many. For a queue that nothing consumes now: an agent's, before its
+    worker starts, whose earlier run died holding them.
+
+    On Redis such a message waits in kombu's ``unacked`` hash until the visibility timeout (an
+    hour) gives it back; this is kombu's own restore of one, by its delivery tag. RabbitMQ gives
+    a dead consumer's messages back itself: 0."""
+    if not _on_redis():
+        return 0
+    with current_app.connection_for_write() as connection:
+        channel = connection.default_channel
+        with channel.conn_or_acquire() as client:
+            held = [tag for tag, entry in client.hscan_iter(channel.unacked_key)
+                    if json.loads(entry)[2] == queue]  # (message, exchange, routing key): a queue's key is its name
+        for tag in held:
+            channel.qos.restore_by_tag(tag, leftmost=True)
+    return len(held)

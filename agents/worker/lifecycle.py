@@ -1,6 +1,6 @@
 """A worker's life, manager or agent: registering this run, starting its Celery worker,
 heart-beating, shutting down gracefully, and — when an agent starts again — declaring lost what
-its earlier runs left started and sending again what was sent to it and not started."""
+its earlier runs left started and giving back the messages they took and never acknowledged."""
 
 import logging
 import os
@@ -13,15 +13,14 @@ from celery import current_app
 from celery.signals import worker_ready, worker_shutting_down
 from django.db import close_old_connections, connections
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerError
 
 from agents.models import Agent
 from agents.worker import local, pool
 from agents.worker.forks import no_fork_meanwhile
 from agents.worker.control import terminate
-from workflows_app import outages
+from workflows_app import dispatch, outages
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import recovery, reports
+from workflows_app.engine import reports
 from workflows_app.models import Operation
 from workflows_app.states import OperationState
 
@@ -51,15 +50,14 @@ def _register(name, incarnation, concurrency):
     lost = Operation.objects.filter(agent=name, state=OperationState.STARTED).exclude(incarnation=incarnation)
     for operation in lost:
         reports.record_lost(operation, operation.attempt, f"lost: agent {name} started again")
-    # What was sent here and has not started may be a message the earlier run took and died
-    # with: sent again (same attempt: if the first is still queued, the second is dropped).
+    # Messages the earlier run took from this queue and died holding, before its worker takes any.
     try:
-        resent = recovery.resend_in_flight(agent=name)
-    except BrokerError as exc:  # the worker waits for the broker; a manager's start sends them again
-        logger.warning("agent %s: could not send again what was sent to it and has not started: %s", name, exc)
+        held = dispatch.give_back_held(name)
+    except Exception as exc:  # noqa: BLE001 — best effort: the broker gives them back at its visibility timeout
+        logger.warning("agent %s: could not give back the messages its earlier run held: %s", name, exc)
         return
-    if resent:
-        logger.info("agent %s: %d operation message(s) sent again", name, resent)
+    if held:
+        logger.warning("agent %s: %d message(s) its earlier run took and never acknowledged given back", name, held)
 
 
 def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), stop_first=()):

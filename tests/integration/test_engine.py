@@ -309,8 +309,8 @@ with Connection(url) as connection:
 @pytest.mark.django_db(transaction=True)
 def test_a_message_its_agent_died_holding_runs_once_the_agent_starts_again(stack, tmp_path):
     """On Redis, a message taken and never acknowledged is given back only after the visibility
-    timeout (an hour): the agent that starts again sends again what was sent to it and has not
-    started, and the operation runs once."""
+    timeout (an hour): the agent that starts again puts the messages its queue's dead consumer
+    held back in its queue, and the operation runs once (RabbitMQ gives them back itself)."""
     s = up(stack)
     stack.stop(s.agents[s.h1])
     execution = services.start("it_single", {"agent": s.h1, "tag": "held", "seconds": 0.0})

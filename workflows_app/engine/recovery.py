@@ -7,10 +7,7 @@ The database says what is to happen; messages are only ever sent again from it:
   cancelling one is stopped again, a kill carried out again);
 * operations ``sending`` or ``sent`` are sent again under the *same* attempt id: the agent that
   gets a second delivery of an attempt drops it (fencing), so a message that was never lost
-  costs one dropped duplicate, and one that was lost runs once. An agent that starts again does
-  the same for its own queue (``agents.worker.lifecycle``): a message its earlier run had taken
-  from the queue and not started when it died is, on Redis, held unacknowledged by the broker
-  until the visibility timeout (an hour) gives it back.
+  costs one dropped duplicate, and one that was lost runs once.
 
 Which ``started`` operations still run is for the workers to say: a starting manager asks them
 (``agents.worker.manager``) and records the others lost.
@@ -36,13 +33,10 @@ def carry_on_executions() -> int:
     return len(pks)
 
 
-def resend_in_flight(agent=None) -> int:
-    """Send every ``sending`` or ``sent`` operation of a started execution again, same attempt;
-    with ``agent``, only those sent to that agent's queue."""
+def resend_in_flight() -> int:
+    """Send every ``sending`` or ``sent`` operation of a started execution again, same attempt."""
     in_flight = Operation.objects.filter(state__in=[OperationState.SENDING, OperationState.SENT],
                                          execution__status=ExecutionStatus.STARTED)
-    if agent is not None:
-        in_flight = in_flight.filter(agent=agent)
     operations = list(in_flight)
     progress.publish(operations)
     return len(operations)
