@@ -6,7 +6,6 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 from kombu import Exchange, Queue
 from kombu.exceptions import OperationalError as BrokerError
@@ -113,7 +112,6 @@ def test_a_backlog_of_start_messages_is_not_sent_again_but_a_lost_one_is(make_ex
     assert dispatch.waiting_messages(management_queue) == 3 + 4
 
 
-
 @pytest.fixture
 def agent_queues():
     """Two agents' queues of this test's own on the real broker, deleted afterwards."""
@@ -134,7 +132,7 @@ def _die_holding(queue):
     connection.close()
 
 
-@pytest.mark.skipif(not str(settings.CELERY_BROKER_URL).startswith(("redis", "unix")),
+@pytest.mark.skipif(not dispatch.broker_is_redis(),
                     reason="Redis holds a dead consumer's messages until its visibility timeout; RabbitMQ gives them back itself")
 def test_an_agent_that_starts_again_gets_back_the_messages_its_earlier_run_died_holding(agent_queues, db):
     mine, other = agent_queues

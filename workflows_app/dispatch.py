@@ -225,14 +225,16 @@ def ask_running(timeout):
     return answers
 
 
-def _on_redis() -> bool:
+def broker_is_redis() -> bool:
+    """Whether the broker is Redis (the embedded one included), which keeps no queue across a
+    restart and holds a dead consumer's messages until its visibility timeout."""
     return str(current_app.conf.broker_url or "").startswith(("redis://", "rediss://", "redis+socket://", "unix://"))
 
 
 def broker_identity():
     """The broker server's identity (Redis' ``run_id``, new after each restart), or None for a
     broker that keeps its queues across a restart (RabbitMQ's durable queues)."""
-    if not _on_redis():
+    if not broker_is_redis():
         return None
     with current_app.connection_for_write() as connection:
         return connection.default_channel.client.info("server").get("run_id")
@@ -246,7 +248,7 @@ def give_back_held(queue) -> int:
     On Redis such a message waits in kombu's ``unacked`` hash until the visibility timeout (an
     hour) gives it back; this is kombu's own restore of one, by its delivery tag. RabbitMQ gives
     a dead consumer's messages back itself: 0."""
-    if not _on_redis():
+    if not broker_is_redis():
         return 0
     with current_app.connection_for_write() as connection:
         channel = connection.default_channel
