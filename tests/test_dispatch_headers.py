@@ -12,11 +12,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agents.runner import run_operation
 from switchyard.celery import app as celery_app
 from workflows_app import dispatch
 from workflows_app.engine import progress
 from workflows_app.models import Execution, Operation
 from workflows_app.states import OperationState
+from workflows_app.tasks import advance
 
 EXECUTION_ID = uuid.UUID("0b6f4f53-5a1e-4c47-9a43-2f0c1c6f1a10")
 
@@ -191,7 +193,8 @@ def test_the_task_sent_event_is_published_under_the_shadow_name(app, make_operat
     [operation_message, advance_message] = app.sent
     operation_message["event_dispatcher"].publish("task-sent", {"name": dispatch.RUNNER_TASK, "uuid": "x"}, None)
     assert app.published == [{"type": "task-sent", "name": "example › vm (create_vm)", "uuid": "x"}]
-    assert "event_dispatcher" not in advance_message  # no shadow: Celery's name, as the worker's events say
+    advance_message["event_dispatcher"].publish("task-sent", {"name": dispatch.ADVANCE_TASK, "uuid": "y"}, None)
+    assert len(app.published) == 1  # an advance has no task-sent event
 
 
 class RecordingProducer:
@@ -225,3 +228,22 @@ def test_through_celerys_own_send_path_the_message_and_its_sent_event_name_the_s
     assert message["headers"]["argsrepr"] == event["args"] == f"(execution='{op.execution_id}', step='vm', attempt=2)"
     assert ast.literal_eval(message["headers"]["kwargsrepr"])["step"] == "vm"
     assert body[0] == [str(op.pk), 2] and body[1] == {}
+
+
+def test_through_celerys_own_send_path_an_advance_publishes_its_message_and_no_event(monkeypatch):
+    """An advance is the engine's plumbing: Celery's ``send_task`` publishes its message (named
+    in its headers, for the manager's log) and no ``task-sent`` event; its task sends none in the
+    worker either. Operations keep theirs (the test above)."""
+    producer = RecordingProducer()
+
+    @contextmanager
+    def producer_or_acquire(given=None):
+        yield given or producer
+
+    monkeypatch.setattr(celery_app, "producer_or_acquire", producer_or_acquire)
+    assert celery_app.conf.task_send_sent_event and celery_app.conf.worker_send_task_events
+    dispatch.send_advance(EXECUTION_ID, workflow_id="install")
+    [(body, message)] = producer.published
+    assert message["headers"]["task"] == dispatch.ADVANCE_TASK and body[0] == [str(EXECUTION_ID)]
+    assert message["headers"]["shadow"] == "advance › install"
+    assert advance.send_events is False and run_operation.send_events is True

@@ -129,12 +129,29 @@ def _options(app, headers) -> dict:
     return {**headers, "event_dispatcher": _SentUnderShadow(_event_dispatcher(app), headers["shadow"])}
 
 
+class _NoSentEvent:
+    """An ``event_dispatcher`` that publishes nothing: an ``advance`` has no ``task-sent`` event."""
+
+    def publish(self, type, fields, producer, **kwargs):
+        return None
+
+
+_NO_SENT_EVENT = _NoSentEvent()
+
+
 def send_advance(execution_id, workflow_id=None):
     """Ask a manager to run the execution's dispatcher (start, wake or finish it). A caller that
-    holds the execution passes its ``workflow_id``, which only names the message in Flower."""
+    holds the execution passes its ``workflow_id``, which only names the message in the
+    manager's log and ``celery inspect``.
+
+    An advance is the engine's own plumbing, not an operation: it publishes no task event — no
+    ``task-sent`` here, and its task says ``send_events=False`` (``workflows_app.tasks``) — so
+    Flower's task list (which keeps a bounded number of tasks) holds operations only, and a
+    start, a wake-up or an imperative step does not pay for four event messages on its way."""
     app = current_app
     app.send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
-                  ignore_result=True, **_options(app, advance_headers(execution_id, workflow_id)))
+                  ignore_result=True, event_dispatcher=_NO_SENT_EVENT,
+                  **advance_headers(execution_id, workflow_id))
 
 
 def send_operations(operations):

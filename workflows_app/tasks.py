@@ -1,5 +1,6 @@
 """Thin Celery tasks of the manager: they take an id and call the engine. (A manager records
-the process group of the dispatcher it runs: ``agents.worker.pool``.)"""
+the process group of the dispatcher it runs: ``agents.worker.pool``.) An advance sends no task
+event (``dispatch.send_advance`` says why)."""
 
 from celery import shared_task
 from celery.exceptions import Reject
@@ -10,7 +11,7 @@ from workflows_app.engine.dispatcher import advance as run
 from workflows_app.errors import DatabaseUnavailable
 
 
-@shared_task(name=ADVANCE_TASK, **TASK_OPTIONS)
+@shared_task(name=ADVANCE_TASK, send_events=False, **TASK_OPTIONS)
 def advance(execution_id):
     # A database outage is waited out (each pass of the dispatcher is safe to run again); past
     # DATABASE_OUTAGE_TOLERANCE the message goes back to the queue.

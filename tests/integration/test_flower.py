@@ -97,15 +97,13 @@ def test_flower_lists_each_step_under_its_workflow_step_and_operation(stack, tmp
     by_step = flower.tasks(search=f"kwargs:step=c02 kwargs:execution={execution.pk}")
     assert list(by_step) == [ids["c02"]] and by_step[ids["c02"]]["name"] == expected["c02"]
     of_execution = flower.tasks(search=f"kwargs:execution={execution.pk}")
-    steps = {uuid for uuid, t in of_execution.items() if "'step':" in (t.get("kwargs") or "")}
-    assert steps == set(ids.values())
+    assert set(of_execution) == set(ids.values()), json.dumps(of_execution, indent=1)
 
-    # The rest are the dispatcher's advance messages: they name the execution they advance.
-    advances = [t for uuid, t in of_execution.items() if uuid not in steps]
-    assert advances, json.dumps(of_execution, indent=1)
-    names = {t["name"] for t in advances}
-    assert f"advance › {WORKFLOW}" in names and names <= {ADVANCE_TASK, f"advance › {WORKFLOW}"}, names
-    assert {t["args"] for t in advances} == {f"(execution='{execution.pk}')"}
+    # The manager's advance messages are the engine's plumbing: they send no task event, so
+    # Flower's list (bounded: --max_tasks) holds operations only, though the manager ran this
+    # execution's start and end.
+    names = {t["name"] for t in flower.tasks().values()}
+    assert not any(name == ADVANCE_TASK or name.startswith("advance") for name in names), names
 
     # A task's own page says the same.
     page = flower.get(f"/api/task/info/{ids['c00']}")
