@@ -15,6 +15,10 @@ and agent worker processes (the plain Celery tasks go to the agent's queue).
    committed claim of its attempt before it runs (fencing) and its result committed before it
    returns (acknowledged after commit). Measured right after the ``group``, in every round, from
    the insert until every result is in; what is left between it and the fan-out is the engine's.
+6. the floor with its history (PostgreSQL): the same, each state change also stored with its
+   event in its statement, as SPEC §10 asks of an operation (``sending`` and ``sent`` with the
+   rows, ``started`` with the claim, ``succeeded`` with the result), in a table of events
+   indexed as Switchyard's is.
 
 Given the manager's and the agent's processes, each round also takes the CPU every part of the
 machine spends (``bench/cpu.py``) on the fan-out and the ``group``, per operation, and on the
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from bench import cpu
-from bench.workflows import CELERY_DURABLE_NOOP, CELERY_NOOP, FLOOR_TABLE
+from bench.workflows import CELERY_DURABLE_NOOP, CELERY_NOOP, CELERY_RECORDED_NOOP, FLOOR_EVENTS_TABLE, FLOOR_TABLE
 
 POLL = 0.005
 TIMEOUT = 300.0
@@ -92,42 +96,55 @@ def _celery(signature, asked=None):
 
 
 def _floor_create():
-    """The durable floor's table, one row per operation (PostgreSQL); dropped by :func:`_floor_drop`."""
+    """The durable floor's tables (PostgreSQL): one row per operation, and the events of the floor
+    with its history, indexed as Switchyard's events are; dropped by :func:`_floor_drop`."""
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, attempt int NOT NULL, "
                        "state text NOT NULL, result jsonb)")
+        cursor.execute(f"CREATE TABLE IF NOT EXISTS {FLOOR_EVENTS_TABLE} (id bigserial PRIMARY KEY, row_id bigint NOT NULL "
+                       f"REFERENCES {FLOOR_TABLE} (id), type text NOT NULL, message text NOT NULL, data jsonb NOT NULL, "
+                       "timestamp timestamptz NOT NULL DEFAULT now())")
+        cursor.execute(f"CREATE INDEX IF NOT EXISTS {FLOOR_EVENTS_TABLE}_row ON {FLOOR_EVENTS_TABLE} (row_id, id)")
+        cursor.execute(f"CREATE INDEX IF NOT EXISTS {FLOOR_EVENTS_TABLE}_type ON {FLOOR_EVENTS_TABLE} (type, id)")
 
 
 def _floor_drop():
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_EVENTS_TABLE}, {FLOOR_TABLE}")
 
 
-def _floor_group(app, agent, count):
-    """Empty the table (untimed) and build the group of ``count`` durable no-ops, rows 1 to ``count``,
-    attempt 1: built before the clock starts, as the plain ``group`` is."""
+def _floor_group(app, agent, count, task=CELERY_DURABLE_NOOP):
+    """Empty the tables (untimed) and build the group of ``count`` durable no-ops (``task``), rows
+    1 to ``count``, attempt 1: built before the clock starts, as the plain ``group`` is."""
     from celery import group
 
     with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {FLOOR_TABLE}")
-    return group([app.signature(CELERY_DURABLE_NOOP, args=(i, 1), queue=agent, immutable=True)
-                  for i in range(1, count + 1)])
+        cursor.execute(f"TRUNCATE {FLOOR_EVENTS_TABLE}, {FLOOR_TABLE}")
+    return group([app.signature(task, args=(i, 1), queue=agent, immutable=True) for i in range(1, count + 1)])
 
 
-def _floor(signature, count):
-    """The durable floor: the rows stored, ``sent``, in one committed statement before the group is
-    sent, then the group until every result is in; seconds. Every row must have ended
-    ``succeeded``: a claim refused would make the floor look cheaper than it is."""
+def _floor(signature, count, history=False):
+    """The durable floor: the rows stored, ``sent`` (with their ``sending`` and ``sent`` events when
+    ``history``), in one committed statement before the group is sent, then the group until every
+    result is in; seconds. Every row must have ended ``succeeded`` (with its four events): a
+    claim refused would make the floor look cheaper than it is."""
+    insert = f"INSERT INTO {FLOOR_TABLE} (id, attempt, state) SELECT i, 1, 'sent' FROM generate_series(1, %s) AS i"
+    if history:
+        insert = (f"WITH stored AS ({insert} RETURNING id, attempt) "
+                  f"INSERT INTO {FLOOR_EVENTS_TABLE} (row_id, type, message, data) "
+                  "SELECT id, 'task_' || t.target, t.source || ' -> ' || t.target, "
+                  "jsonb_build_object('from', t.source, 'to', t.target, 'attempt', attempt) "
+                  "FROM stored, (VALUES ('pending', 'sending'), ('sending', 'sent')) AS t (source, target)")
     asked = time.monotonic()
     with connection.cursor() as cursor:  # autocommit: the statement commits
-        cursor.execute(f"INSERT INTO {FLOOR_TABLE} (id, attempt, state) "
-                       "SELECT i, 1, 'sent' FROM generate_series(1, %s) AS i", [count])
+        cursor.execute(insert, [count])
     elapsed = _celery(signature, asked)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {FLOOR_TABLE} WHERE state = 'succeeded'")
-        succeeded = cursor.fetchone()[0]
-    if succeeded != count:
-        raise RuntimeError(f"durable floor: {succeeded} of {count} rows succeeded")
+        cursor.execute(f"SELECT (SELECT count(*) FROM {FLOOR_TABLE} WHERE state = 'succeeded'), "
+                       f"(SELECT count(*) FROM {FLOOR_EVENTS_TABLE})")
+        succeeded, events = cursor.fetchone()
+    if succeeded != count or events != (4 * count if history else 0):
+        raise RuntimeError(f"durable floor: {succeeded} of {count} rows succeeded, {events} events")
     return elapsed
 
 
@@ -198,6 +215,8 @@ def _run(app, agent, rounds, sizes, processes, floor):
     if floor:  # its Switchyard column is the fan-out's own list of times: its ratio is fan-out / floor
         rows["floor"] = Row(f"fan-out: {n} no-ops, durable floor (a group whose tasks make the two commits)",
                             rows["fanout"].switchyard, [])
+        rows["history"] = Row(f"fan-out: {n} no-ops, durable floor with its history (each commit also stores "
+                              "its state event)", rows["fanout"].switchyard, [])
     meters = {}
     if processes:
         for key, case in (("fanout cpu", f"fan-out: CPU per operation, every process on the machine ({n} no-ops)"),
@@ -210,6 +229,10 @@ def _run(app, agent, rounds, sizes, processes, floor):
                                     rows["fanout cpu"].switchyard, [], unit="ms",
                                     note="Switchyard: the fan-out's, above")
             meters["floor cpu"] = {"celery": cpu.Meter(*(process.pid for process in processes))}
+            rows["history cpu"] = Row(f"fan-out: CPU per operation, durable floor with its history ({n} no-ops)",
+                                      rows["fanout cpu"].switchyard, [], unit="ms",
+                                      note="Switchyard: the fan-out's, above")
+            meters["history cpu"] = {"celery": cpu.Meter(*(process.pid for process in processes))}
 
     def metered(key, side, count):
         return meters[key][side].measure(count) if key in meters else nullcontext()
@@ -224,6 +247,7 @@ def _run(app, agent, rounds, sizes, processes, floor):
         _celery(group(noops(2)))
         if floor:
             _floor(_floor_group(app, agent, 2), 2)
+            _floor(_floor_group(app, agent, 2, CELERY_RECORDED_NOOP), 2, history=True)
         _celery(chord(noops(2), noop.clone()))
         for result in _sends(app, 5, agent)[1]:
             result.get(timeout=TIMEOUT, interval=POLL)
@@ -241,9 +265,12 @@ def _run(app, agent, rounds, sizes, processes, floor):
                 signature = _floor_group(app, agent, n)
                 with metered("floor cpu", "celery", n):
                     rows["floor"].celery.append(_floor(signature, n))
+                signature = _floor_group(app, agent, n, CELERY_RECORDED_NOOP)
+                with metered("history cpu", "celery", n):
+                    rows["history"].celery.append(_floor(signature, n, history=True))
             rows["fanin"].celery.append(_celery(chord(noops(n), noop.clone())))
             rows["chain"].celery.append(_celery(chain(noops(m))))
-        for key in ("fanout", "floor", "fanin", "chain"):
+        for key in ("fanout", "floor", "history", "fanin", "chain"):
             if key in rows:
                 _progress(round_, rows[key])
 
@@ -272,11 +299,12 @@ def _run(app, agent, rounds, sizes, processes, floor):
 
     out = [rows["fanout"]]
     if floor:
-        fan_out, group_, floor_ = (statistics.median(values) for values in (
-            rows["fanout"].switchyard, rows["fanout"].celery, rows["floor"].celery))
-        rows["floor"].note = (f"Switchyard: the fan-out's. Fan-out / group {fan_out / group_:.2f}, floor / group "
-                              f"{floor_ / group_:.2f}, fan-out / floor {fan_out / floor_:.2f}")
-        out.append(rows["floor"])
+        fan_out, group_ = statistics.median(rows["fanout"].switchyard), statistics.median(rows["fanout"].celery)
+        for key, name in (("floor", "floor"), ("history", "floor with history")):
+            floor_ = statistics.median(rows[key].celery)
+            rows[key].note = (f"Switchyard: the fan-out's. Fan-out / group {fan_out / group_:.2f}, {name} / group "
+                              f"{floor_ / group_:.2f}, fan-out / {name} {fan_out / floor_:.2f}")
+            out.append(rows[key])
     out += [rows["fanin"], rows["chain"]]
     per_step = Row(f"chain: per step (total / {m}), ms", [v / m * 1000 for v in rows["chain"].switchyard],
                    [v / m * 1000 for v in rows["chain"].celery], unit="ms")
@@ -286,7 +314,8 @@ def _run(app, agent, rounds, sizes, processes, floor):
                                    "celery": [v / n * 1000 for v in rows["fanout"].celery]}
         if floor:
             rows["floor cpu"].wall = {"celery": [v / n * 1000 for v in rows["floor"].celery]}
-        for key in ("fanout cpu", "floor cpu", "starts cpu"):
+            rows["history cpu"].wall = {"celery": [v / n * 1000 for v in rows["history"].celery]}
+        for key in ("fanout cpu", "floor cpu", "history cpu", "starts cpu"):
             if key not in meters:
                 continue
             row = rows[key]

@@ -118,30 +118,59 @@ def celery_noop(*args):
     return None
 
 
-#: The durable floor's table (PostgreSQL; ``bench/throughput.py`` creates, fills and drops it).
+#: The durable floor's tables (PostgreSQL; ``bench/throughput.py`` creates, fills and drops them):
+#: one row per operation, and the state events of the floor with its history.
 FLOOR_TABLE = "bench_durable_floor"
+FLOOR_EVENTS_TABLE = "bench_durable_floor_event"
 CELERY_DURABLE_NOOP = "bench.celery_durable_noop"
+CELERY_RECORDED_NOOP = "bench.celery_recorded_noop"
 _CLAIM = f"UPDATE {FLOOR_TABLE} SET state = 'started' WHERE id = %s AND attempt = %s AND state = 'sent'"
 _RESULT = (f"UPDATE {FLOOR_TABLE} SET state = 'succeeded', result = %s::jsonb "
            "WHERE id = %s AND attempt = %s AND state = 'started'")
 
 
-@shared_task(name=CELERY_DURABLE_NOOP, **{**TASK_OPTIONS, "ignore_result": False})
-def celery_durable_noop(row_id, attempt):
-    """A no-op that does only what Switchyard's guarantees ask of an operation: the durable
-    floor. Its attempt is claimed in a committed statement before it runs (fencing: a second
-    delivery changes no row and stops there), and its result committed before it returns, so
-    before its late acknowledgement. Autocommit, on the pool process's kept connection, through
-    the cursor Switchyard's own statements use (bound on the server, prepared once run often).
-    It is acknowledged as an operation's message is (``TASK_OPTIONS``), and keeps its Celery
-    result like ``celery_noop``: the group is waited on the same way."""
+def recorded(update, source, target):
+    """``update`` (one row, ``%s`` parameters) and its state event in one statement, as
+    Switchyard writes a transition: the event's message and data as an operation's."""
+    return (f"WITH moved AS ({update} RETURNING id, attempt) "
+            f"INSERT INTO {FLOOR_EVENTS_TABLE} (row_id, type, message, data) "
+            f"SELECT id, 'task_{target}', '{source} -> {target}', "
+            f"jsonb_build_object('from', '{source}', 'to', '{target}', 'attempt', attempt) FROM moved")
+
+
+def _durable(claim, result_statement, row_id, attempt):
     result = None
     with db.cursor() as cursor:
-        cursor.execute(_CLAIM, [row_id, attempt])
+        cursor.execute(claim, [row_id, attempt])
         if cursor.rowcount != 1:
             return None
-        cursor.execute(_RESULT, [json.dumps(result), row_id, attempt])
+        cursor.execute(result_statement, [json.dumps(result), row_id, attempt])
     return result
+
+
+@shared_task(name=CELERY_DURABLE_NOOP, **{**TASK_OPTIONS, "ignore_result": False})
+def celery_durable_noop(row_id, attempt):
+    """A no-op that does only what Switchyard's guarantees ask of an operation's message: the
+    durable floor. Its attempt is claimed in a committed statement before it runs (fencing: a
+    second delivery changes no row and stops there), and its result committed before it
+    returns, so before its late acknowledgement. Autocommit, on the pool process's kept
+    connection, through the cursor Switchyard's own statements use (bound on the server,
+    prepared once run often). It is acknowledged as an operation's message is
+    (``TASK_OPTIONS``), and keeps its Celery result like ``celery_noop``: the group is waited on
+    the same way."""
+    return _durable(_CLAIM, _RESULT, row_id, attempt)
+
+
+_CLAIM_RECORDED = recorded(_CLAIM, "sent", "started")
+_RESULT_RECORDED = recorded(_RESULT, "started", "succeeded")
+
+
+@shared_task(name=CELERY_RECORDED_NOOP, **{**TASK_OPTIONS, "ignore_result": False})
+def celery_recorded_noop(row_id, attempt):
+    """The durable floor with its history (SPEC §10: every state change is stored with its
+    event, in its transaction): each of the two commits also inserts its state event, in the
+    same statement."""
+    return _durable(_CLAIM_RECORDED, _RESULT_RECORDED, row_id, attempt)
 
 
 # --- suspended scale (bench/suspended.py) ------------------------------------------------

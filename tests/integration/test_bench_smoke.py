@@ -38,7 +38,10 @@ def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
         for case in ("| large history case |", "scale-out: fan-out of 20 no-ops as 2 executions of 10",
                      "| 2 managers, 2 agents |", "database cost per operation",
                      "fan-out: 20 no-ops, durable floor (a group whose tasks make the two commits)",
-                     "fan-out: CPU per operation, durable floor (20 no-ops)", "fan-out / floor"):
+                     "fan-out: CPU per operation, durable floor (20 no-ops)", "fan-out / floor",
+                     "fan-out: 20 no-ops, durable floor with its history (each commit also stores its state event)",
+                     "fan-out: CPU per operation, durable floor with its history (20 no-ops)",
+                     "fan-out / floor with history"):
             assert case in table
     else:  # the durable floor's table is PostgreSQL's
         assert "durable floor" not in table
