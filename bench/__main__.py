@@ -12,7 +12,8 @@ L steps against a graph chain of L (``bench/imperative.py``), a parent of C chil
 (``bench/children.py``), and on PostgreSQL the throughput
 cases again with a large history in the tables (``bench/history.py``) and with a second manager
 and agent, with the database's cost per operation (``bench/scaleout.py``). The waiting executions
-come last: they are left waiting, and removed once the benchmark's manager and agent are gone.
+come last: they are left waiting. Once the benchmark's manager and agent are gone, every
+execution of its workflows is removed, waiting or ended.
 """
 
 import argparse
@@ -74,6 +75,7 @@ def main(argv=None):
     from django.db import connection
 
     from bench import children, history, imperative, scaleout, stop, suspended, throughput
+    from bench import workflows as bench_workflows
     from tests.integration.harness import Stack, ensure_broker
 
     call_command("migrate", verbosity=0)
@@ -107,11 +109,13 @@ def main(argv=None):
             failed = False
         finally:
             stack.close(failed=failed, out=sys.stderr)
-            # Once no manager runs: what the suspended case left waiting would be carried on by
-            # the next manager started on this database (an advance each).
-            removed = history.delete_executions("workflow_id = %s", [suspended.WORKFLOW])
-            if removed:
-                print(f"removed the {removed} executions the benchmark left waiting", file=sys.stderr)
+            # Once no manager runs, every execution of the benchmark's workflows goes: those the
+            # suspended case left waiting would be carried on by the next manager started on this
+            # database (an advance each), and those the other cases ended would be the next run's
+            # history (tens of thousands of operations a run).
+            names = _workflows_of(bench_workflows.__name__)
+            removed = history.delete_executions(f"workflow_id IN ({', '.join(['%s'] * len(names))})", names)
+            print(f"removed the {removed} executions the benchmark ran", file=sys.stderr)
 
     header = (f"{datetime.now(timezone.utc):%Y-%m-%d}, {platform.machine()} {os.cpu_count()} cores, "
               f"{connection.vendor}, broker {django.conf.settings.CELERY_BROKER_URL.split(':')[0]}, "
@@ -139,6 +143,13 @@ def main(argv=None):
     print(table)
     if args.output:
         args.output.write_text(table + "\n")
+
+
+def _workflows_of(module) -> list:
+    """The names of the workflows ``module`` registers."""
+    from workflows_app.registry import workflows
+
+    return [name for name, definition in workflows().items() if definition.func.__module__ == module]
 
 
 def _sizes(text):
