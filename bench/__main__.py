@@ -147,7 +147,7 @@ def main(argv=None):
 
 def _workflows_of(module) -> list:
     """The names of the workflows ``module`` registers."""
-    from workflows_app.registry import workflows
+    from workflows_app.registry import workflows  # once Django is set up, as main's imports
 
     return [name for name, definition in workflows().items() if definition.func.__module__ == module]
 

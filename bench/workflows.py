@@ -129,7 +129,7 @@ _RESULT = (f"UPDATE {FLOOR_TABLE} SET state = 'succeeded', result = %s::jsonb "
            "WHERE id = %s AND attempt = %s AND state = 'started'")
 
 
-def recorded(update, source, target):
+def _recorded(update, source, target):
     """``update`` (one row, ``%s`` parameters) and its state event in one statement, as
     Switchyard writes a transition: the event's message and data as an operation's."""
     return (f"WITH moved AS ({update} RETURNING id, attempt) "
@@ -139,6 +139,8 @@ def recorded(update, source, target):
 
 
 def _durable(claim, result_statement, row_id, attempt):
+    """A durable no-op's two commits: ``claim`` the attempt (nothing more when it is not
+    ``sent``), then store its result with ``result_statement``."""
     result = None
     with db.cursor() as cursor:
         cursor.execute(claim, [row_id, attempt])
@@ -161,8 +163,8 @@ def celery_durable_noop(row_id, attempt):
     return _durable(_CLAIM, _RESULT, row_id, attempt)
 
 
-_CLAIM_RECORDED = recorded(_CLAIM, "sent", "started")
-_RESULT_RECORDED = recorded(_RESULT, "started", "succeeded")
+_CLAIM_RECORDED = _recorded(_CLAIM, "sent", "started")
+_RESULT_RECORDED = _recorded(_RESULT, "started", "succeeded")
 
 
 @shared_task(name=CELERY_RECORDED_NOOP, **{**TASK_OPTIONS, "ignore_result": False})
