@@ -46,6 +46,22 @@ TIMEOUT = 300.0
 DEFAULT_SIZES = {"fanout": 1000, "chain": 100, "starts": 200}
 
 
+@dataclass(frozen=True)
+class Floor:
+    """One of the fan-out's durable floors (PostgreSQL): its rows' key, name and detail, the name
+    its note gives it, and whether its tasks also store the state events."""
+    key: str
+    name: str
+    detail: str
+    short: str
+    history: bool
+
+
+FLOORS = (Floor("floor", "durable floor", "a group whose tasks make the two commits", "floor", False),
+          Floor("history", "durable floor with its history", "each commit also stores its state event",
+                "floor with history", True))
+
+
 @dataclass
 class Row:
     case: str
@@ -113,17 +129,19 @@ def _floor_drop():
         cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_EVENTS_TABLE}, {FLOOR_TABLE}")
 
 
-def _floor_group(app, agent, count, task=CELERY_DURABLE_NOOP):
-    """Empty the tables (untimed) and build the group of ``count`` durable no-ops (``task``), rows
-    1 to ``count``, attempt 1: built before the clock starts, as the plain ``group`` is."""
+def _floor_group(app, agent, count, history):
+    """Empty the tables (untimed) and build the group of ``count`` durable no-ops (storing their
+    events when ``history``), rows 1 to ``count``, attempt 1: built before the clock starts, as
+    the plain ``group`` is."""
     from celery import group
 
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {FLOOR_EVENTS_TABLE}, {FLOOR_TABLE}")
+    task = CELERY_RECORDED_NOOP if history else CELERY_DURABLE_NOOP
     return group([app.signature(task, args=(i, 1), queue=agent, immutable=True) for i in range(1, count + 1)])
 
 
-def _floor(signature, count, history=False):
+def _floor(signature, count, history):
     """The durable floor: the rows stored, ``sent`` (with their ``sending`` and ``sent`` events when
     ``history``), in one committed statement before the group is sent, then the group until every
     result is in; seconds. Every row must have ended ``succeeded`` (with its four events): a
@@ -212,11 +230,9 @@ def _run(app, agent, rounds, sizes, processes, floor):
     )}
     rows["starts"] = Row(f"start throughput: {k} starts (Switchyard: POST /executions 201s; Celery: send_task)",
                          [], [], unit="/s")
-    if floor:  # its Switchyard column is the fan-out's own list of times: its ratio is fan-out / floor
-        rows["floor"] = Row(f"fan-out: {n} no-ops, durable floor (a group whose tasks make the two commits)",
-                            rows["fanout"].switchyard, [])
-        rows["history"] = Row(f"fan-out: {n} no-ops, durable floor with its history (each commit also stores "
-                              "its state event)", rows["fanout"].switchyard, [])
+    floors = FLOORS if floor else ()
+    for fl in floors:  # its Switchyard column is the fan-out's own list of times: its ratio is fan-out / floor
+        rows[fl.key] = Row(f"fan-out: {n} no-ops, {fl.name} ({fl.detail})", rows["fanout"].switchyard, [])
     meters = {}
     if processes:
         for key, case in (("fanout cpu", f"fan-out: CPU per operation, every process on the machine ({n} no-ops)"),
@@ -224,15 +240,11 @@ def _run(app, agent, rounds, sizes, processes, floor):
                                          f"send_task until its task ran; {k} starts)")):
             rows[key] = Row(case, [], [], unit="ms")
             meters[key] = {side: cpu.Meter(*(process.pid for process in processes)) for side in ("switchyard", "celery")}
-        if floor:  # the floor's meter only: its Switchyard column is the fan-out's own list
-            rows["floor cpu"] = Row(f"fan-out: CPU per operation, durable floor ({n} no-ops)",
-                                    rows["fanout cpu"].switchyard, [], unit="ms",
-                                    note="Switchyard: the fan-out's, above")
-            meters["floor cpu"] = {"celery": cpu.Meter(*(process.pid for process in processes))}
-            rows["history cpu"] = Row(f"fan-out: CPU per operation, durable floor with its history ({n} no-ops)",
-                                      rows["fanout cpu"].switchyard, [], unit="ms",
-                                      note="Switchyard: the fan-out's, above")
-            meters["history cpu"] = {"celery": cpu.Meter(*(process.pid for process in processes))}
+        for fl in floors:  # the floor's meter only: its Switchyard column is the fan-out's own list
+            rows[f"{fl.key} cpu"] = Row(f"fan-out: CPU per operation, {fl.name} ({n} no-ops)",
+                                       rows["fanout cpu"].switchyard, [], unit="ms",
+                                       note="Switchyard: the fan-out's, above")
+            meters[f"{fl.key} cpu"] = {"celery": cpu.Meter(*(process.pid for process in processes))}
 
     def metered(key, side, count):
         return meters[key][side].measure(count) if key in meters else nullcontext()
@@ -245,9 +257,8 @@ def _run(app, agent, rounds, sizes, processes, floor):
         _wait_completed(execution_id)
     if has_backend:
         _celery(group(noops(2)))
-        if floor:
-            _floor(_floor_group(app, agent, 2), 2)
-            _floor(_floor_group(app, agent, 2, CELERY_RECORDED_NOOP), 2, history=True)
+        for fl in floors:
+            _floor(_floor_group(app, agent, 2, fl.history), 2, fl.history)
         _celery(chord(noops(2), noop.clone()))
         for result in _sends(app, 5, agent)[1]:
             result.get(timeout=TIMEOUT, interval=POLL)
@@ -261,13 +272,10 @@ def _run(app, agent, rounds, sizes, processes, floor):
         if has_backend:
             with metered("fanout cpu", "celery", n):
                 rows["fanout"].celery.append(_celery(group(noops(n))))
-            if floor:  # beside the group, so the two are taken under the same conditions
-                signature = _floor_group(app, agent, n)
-                with metered("floor cpu", "celery", n):
-                    rows["floor"].celery.append(_floor(signature, n))
-                signature = _floor_group(app, agent, n, CELERY_RECORDED_NOOP)
-                with metered("history cpu", "celery", n):
-                    rows["history"].celery.append(_floor(signature, n, history=True))
+            for fl in floors:  # beside the group, so the two are taken under the same conditions
+                signature = _floor_group(app, agent, n, fl.history)
+                with metered(f"{fl.key} cpu", "celery", n):
+                    rows[fl.key].celery.append(_floor(signature, n, fl.history))
             rows["fanin"].celery.append(_celery(chord(noops(n), noop.clone())))
             rows["chain"].celery.append(_celery(chain(noops(m))))
         for key in ("fanout", "floor", "history", "fanin", "chain"):
@@ -298,13 +306,12 @@ def _run(app, agent, rounds, sizes, processes, floor):
             rows["starts cpu"].wall.setdefault("celery", []).append(sends_wall / k * 1000)
 
     out = [rows["fanout"]]
-    if floor:
-        fan_out, group_ = statistics.median(rows["fanout"].switchyard), statistics.median(rows["fanout"].celery)
-        for key, name in (("floor", "floor"), ("history", "floor with history")):
-            floor_ = statistics.median(rows[key].celery)
-            rows[key].note = (f"Switchyard: the fan-out's. Fan-out / group {fan_out / group_:.2f}, {name} / group "
-                              f"{floor_ / group_:.2f}, fan-out / {name} {fan_out / floor_:.2f}")
-            out.append(rows[key])
+    for fl in floors:
+        fan_out, group_, floor_ = (statistics.median(values) for values in (
+            rows["fanout"].switchyard, rows["fanout"].celery, rows[fl.key].celery))
+        rows[fl.key].note = (f"Switchyard: the fan-out's. Fan-out / group {fan_out / group_:.2f}, {fl.short} / group "
+                            f"{floor_ / group_:.2f}, fan-out / {fl.short} {fan_out / floor_:.2f}")
+        out.append(rows[fl.key])
     out += [rows["fanin"], rows["chain"]]
     per_step = Row(f"chain: per step (total / {m}), ms", [v / m * 1000 for v in rows["chain"].switchyard],
                    [v / m * 1000 for v in rows["chain"].celery], unit="ms")
@@ -312,9 +319,8 @@ def _run(app, agent, rounds, sizes, processes, floor):
     if meters:
         rows["fanout cpu"].wall = {"switchyard": [v / n * 1000 for v in rows["fanout"].switchyard],
                                    "celery": [v / n * 1000 for v in rows["fanout"].celery]}
-        if floor:
-            rows["floor cpu"].wall = {"celery": [v / n * 1000 for v in rows["floor"].celery]}
-            rows["history cpu"].wall = {"celery": [v / n * 1000 for v in rows["history"].celery]}
+        for fl in floors:
+            rows[f"{fl.key} cpu"].wall = {"celery": [v / n * 1000 for v in rows[fl.key].celery]}
         for key in ("fanout cpu", "floor cpu", "history cpu", "starts cpu"):
             if key not in meters:
                 continue
