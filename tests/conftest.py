@@ -13,7 +13,7 @@ import kombu.exceptions
 import pytest
 from django.db import connection
 
-from workflows_app import dispatch
+from workflows_app import dispatch, embedded_redis
 from workflows_app.engine import live
 from workflows_app.models import Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
@@ -41,6 +41,16 @@ def pytest_sessionstart(session):
                 broker.ensure_connection(max_retries=1)
         except kombu.exceptions.OperationalError as exc:
             raise pytest.UsageError(f"SWITCHYARD_REQUIRE names rabbitmq, but CELERY_BROKER_URL does not answer: {exc}") from exc
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The embedded Redis this test run started goes with it, as ``standalone``'s does: a run on
+    embedded defaults leaves no server behind. One that was running before is left running."""
+    from celery import current_app
+
+    directory = embedded_redis.var_dir_of(current_app.conf.broker_url or "")
+    if directory is not None and embedded_redis.started_here(directory):
+        embedded_redis.stop(directory)
 
 
 def pytest_runtest_setup(item):

@@ -91,3 +91,21 @@ def test_a_dead_server_is_replaced(var_dir):
     assert not embedded_redis.ping(var_dir)
     second = probe(var_dir)
     assert second["ping"] is True and second["redis_pid"] != first["redis_pid"]
+
+
+def _pytest_run(var_dir):
+    """A test run of this suite on embedded defaults (one quick test file, which uses Celery)."""
+    env = {k: v for k, v in bare_env(var_dir).items() if k != "SWITCHYARD_REQUIRE"}  # CI's services are not these
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_dispatch_headers.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_a_test_run_stops_the_server_it_started_and_leaves_one_it_found(var_dir):
+    _pytest_run(var_dir)
+    assert (var_dir / embedded_redis.LOG_NAME).exists(), "the run started the server"
+    assert not embedded_redis.ping(var_dir), "and stopped it"
+
+    running = probe(var_dir)["redis_pid"]
+    _pytest_run(var_dir)
+    assert embedded_redis.ping(var_dir) and embedded_redis.server_pid(var_dir) == running
