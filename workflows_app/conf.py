@@ -35,6 +35,12 @@ DEFAULTS = {
     "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
     "DATABASE_OUTAGE_TOLERANCE": 120,
     "WORKFLOW_CACHE_SIZE": 100,
+    # What gets in (SPEC §16): the largest JSON value stored (parameters, payloads, results).
+    "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024,
+    # Per user, DRF's rate strings: reads (GET) and writes (starts, actions, events).
+    "API_THROTTLE_RATES": {"read": "1200/minute", "write": "240/minute"},
+    # Days an ended execution is kept before the managers purge it; None: kept for ever.
+    "RETENTION_DAYS": None,
 }
 
 _NUMBER_KEYS = {"RETRY_INTERVAL", "WAIT_AFTER_FAIL", "KILL_GRACE_SECONDS", "CANCEL_TIMEOUT",
@@ -66,6 +72,20 @@ def bad_values(user_settings) -> list[str]:
         value = user_settings["WORKFLOW_CACHE_SIZE"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             found.append(f"WORKFLOWS['WORKFLOW_CACHE_SIZE'] must be an integer >= 0 (0: always replay), not {value!r}")
+    if "MAX_PAYLOAD_BYTES" in user_settings:
+        value = user_settings["MAX_PAYLOAD_BYTES"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+            found.append(f"WORKFLOWS['MAX_PAYLOAD_BYTES'] must be a whole number of bytes >= 1024, not {value!r}")
+    if "RETENTION_DAYS" in user_settings:
+        value = user_settings["RETENTION_DAYS"]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            found.append(f"WORKFLOWS['RETENTION_DAYS'] must be None (keep) or a number of days > 0, not {value!r}")
+    if "API_THROTTLE_RATES" in user_settings:
+        rates = user_settings["API_THROTTLE_RATES"]
+        if not isinstance(rates, dict) or set(rates) - set(DEFAULTS["API_THROTTLE_RATES"]) or not all(
+                rate is None or _is_rate(rate) for rate in rates.values()):
+            found.append("WORKFLOWS['API_THROTTLE_RATES'] must be a dict with keys among ['read', 'write'], each "
+                         "None (no limit) or a rate such as '1200/minute'")
     if "FAILURE_MODE" in user_settings and user_settings["FAILURE_MODE"] not in FailureMode.values:
         found.append(f"WORKFLOWS['FAILURE_MODE'] must be one of {FailureMode.values}, not {user_settings['FAILURE_MODE']!r}")
     if "MANAGEMENT_QUEUE" in user_settings and not (isinstance(user_settings["MANAGEMENT_QUEUE"], str) and user_settings["MANAGEMENT_QUEUE"]):
@@ -83,6 +103,14 @@ def bad_values(user_settings) -> list[str]:
     return found
 
 
+def _is_rate(rate) -> bool:
+    """A DRF throttle rate: ``"<requests>/<second|minute|hour|day>"`` (only the unit's first letter counts)."""
+    if not isinstance(rate, str) or rate.count("/") != 1:
+        return False
+    number, period = rate.split("/")
+    return number.isdigit() and int(number) > 0 and period[:1] in ("s", "m", "h", "d")
+
+
 class WorkflowsSettings:
     """Attribute access to ``WORKFLOWS`` with ``DEFAULTS`` filled in."""
 
@@ -97,6 +125,7 @@ class WorkflowsSettings:
         values = {**DEFAULTS, **user}
         # A partial override of the shutdown phases keeps the other phases' defaults.
         values["SHUTDOWN_PHASE_TIMEOUTS"] = {**DEFAULTS["SHUTDOWN_PHASE_TIMEOUTS"], **user.get("SHUTDOWN_PHASE_TIMEOUTS", {})}
+        values["API_THROTTLE_RATES"] = {**DEFAULTS["API_THROTTLE_RATES"], **user.get("API_THROTTLE_RATES", {})}
         return values
 
     def __getattr__(self, name):

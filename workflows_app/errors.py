@@ -19,6 +19,8 @@
     ├── RegistrationError             a workflow or operation registered twice, or not registered
     ├── GraphError (also ValueError)  a graph or canvas that cannot run (engine.graph)
     ├── ParameterError                execution parameters that do not fit the workflow
+    │   └── ValueRefused              a JSON value that cannot be stored (values.check)
+    ├── PermissionRefused             a user without the permission an action needs (permissions.check)
     ├── ExistingRunningExecution      a start for a deployment that has an active execution
     └── DatabaseUnavailable           the database stayed unreachable longer than DATABASE_OUTAGE_TOLERANCE
 
@@ -170,6 +172,32 @@ class RegistrationError(SwitchyardError):
 
 class ParameterError(SwitchyardError):
     """Execution parameters that do not fit the workflow's signature (missing or unknown)."""
+
+
+class ValueRefused(ParameterError):
+    """A JSON value that may not be stored (``workflows_app.values.check``): ``place`` names where
+    it was (``parameters.size``, ``result``), ``reason`` why; ``too_large`` when only its size is
+    the problem (the API answers 413 then, 400 otherwise)."""
+
+    def __init__(self, place="", reason="", too_large=False):
+        super().__init__(place, reason, too_large)
+        self.place, self.reason, self.too_large = place, reason, too_large
+
+    def __str__(self):
+        return f"{self.place}: {self.reason}" if self.place else self.reason
+
+
+class PermissionRefused(SwitchyardError):
+    """``user`` may not ``action`` (``workflows_app.permissions``): ``missing`` lists the
+    permissions it lacks; nothing was changed."""
+
+    def __init__(self, user="", action="", missing=(), target=""):
+        super().__init__(user, action, tuple(missing), target)
+        self.user, self.action, self.missing, self.target = user, action, tuple(missing), target
+
+    def __str__(self):
+        on = f" {self.target}" if self.target else ""
+        return f"{self.user or 'this user'} may not {self.action}{on}: it needs the permission {', '.join(self.missing)}"
 
 
 class ExistingRunningExecution(SwitchyardError):

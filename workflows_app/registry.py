@@ -54,6 +54,9 @@ class WorkflowDef:
     failure_mode: str | None = None
     timeout: float | None = None
     on_unhandled: str = "fail"
+    #: A permission ("app.codename") that starting this workflow and acting on its executions
+    #: need besides the execution's own (SPEC §16; ``workflows_app.permissions``).
+    permission: str | None = None
     listeners: dict = field(default_factory=dict)
 
     def __call__(self, *args, **kwargs):
@@ -117,16 +120,21 @@ def operation(func=None, *, name=None, max_retries=None, retry_interval=None, re
     return wrap(func) if func is not None else wrap
 
 
-def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhandled="fail"):
-    """Register a workflow; works with and without parentheses."""
+def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhandled="fail", permission=None):
+    """Register a workflow; works with and without parentheses. ``permission`` ("app.codename"):
+    what starting it and acting on its executions need besides the execution's permissions."""
     if failure_mode is not None and failure_mode not in FailureMode.values:
         raise RegistrationError(f"failure_mode must be one of {FailureMode.values}, not {failure_mode!r}")
     if on_unhandled not in ("fail", "retry"):
         raise RegistrationError(f"on_unhandled must be 'fail' or 'retry', not {on_unhandled!r}")
+    if permission is not None and not (isinstance(permission, str) and permission.count(".") == 1
+                                       and all(permission.split("."))):
+        raise RegistrationError(f"permission must be 'app_label.codename', not {permission!r}")
 
     def wrap(fn):
         return _register(_workflows, "workflow", WorkflowDef(
-            name=name or fn.__name__, func=fn, failure_mode=failure_mode, timeout=timeout, on_unhandled=on_unhandled))
+            name=name or fn.__name__, func=fn, failure_mode=failure_mode, timeout=timeout, on_unhandled=on_unhandled,
+            permission=permission))
 
     return wrap(func) if func is not None else wrap
 

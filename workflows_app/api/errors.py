@@ -20,6 +20,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from workflows_app import outages
+from workflows_app.errors import PermissionRefused, ValueRefused
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,15 @@ class InvalidParameters(exceptions.APIException):
     status_code = status.HTTP_400_BAD_REQUEST
     default_detail = "invalid parameters"
     default_code = INVALID_PARAMETERS
+
+
+class PayloadTooLarge(exceptions.APIException):
+    """A value larger than ``WORKFLOWS["MAX_PAYLOAD_BYTES"]``, or a request body larger than the
+    server takes; nothing was stored."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "the value is too large"
+    default_code = "payload_too_large"
 
 
 class UnknownWorkflow(exceptions.APIException):
@@ -100,7 +110,11 @@ def exception_handler(exc, context):
     An exception that is not an API error (a bug) is logged with its traceback and answered
     500 ``internal_error`` in the same shape, so a client never has to parse an HTML page.
     """
-    if isinstance(exc, Http404):
+    if isinstance(exc, ValueRefused):  # the one value check (workflows_app.values), from any service
+        exc = PayloadTooLarge(str(exc)) if exc.too_large else InvalidParameters(str(exc))
+    elif isinstance(exc, PermissionRefused):  # the one permission rule (workflows_app.permissions)
+        exc = exceptions.PermissionDenied(str(exc))
+    elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()

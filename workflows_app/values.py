@@ -1,0 +1,128 @@
+"""What gets in: the one check of every JSON value Switchyard stores (SPEC §16).
+
+Parameters, event payloads, an execution's payload, operations' arguments, results and errors,
+``ctx.log`` data — from the API, the admin, the commands, workflow code or an agent's report —
+go through :func:`check` before they are stored. A value is refused when a database or a
+response could not hold it, or when it is too big to be handled safely:
+
+- a NUL character (``\\u0000``): PostgreSQL refuses it in text and JSON;
+- a lone surrogate (``\\ud800``, what ``os.fsdecode`` gives for a file name that is not UTF-8):
+  no database stores it, and no response can encode it;
+- NaN or an infinity: not JSON;
+- nesting deeper than :data:`MAX_DEPTH` objects and arrays: what a page or an API answer that
+  shows the value could not render;
+- more than ``WORKFLOWS["MAX_PAYLOAD_BYTES"]`` bytes as JSON;
+- anything that is not JSON (a date, a set, an object).
+
+Text that is stored as text rather than JSON (an error's message, an execution's error) is not
+refused but cleaned by :func:`clean_text`: a failure must always be recordable.
+"""
+
+import json
+import math
+
+from workflows_app.conf import workflows_settings
+from workflows_app.errors import ValueRefused
+
+#: Deepest nesting of objects and arrays accepted.
+MAX_DEPTH = 64
+#: Longest error text stored (an error's message or traceback, an execution's error); longer is cut.
+MAX_TEXT = 64 * 1024
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def string_problem(text: str) -> str | None:
+    """Why the string ``text`` cannot be stored, or None."""
+    if "\x00" in text:
+        return "null characters (\\u0000) are not allowed"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "lone surrogates (\\ud800-\\udfff) are not allowed"
+    return None
+
+
+def check(value, place: str, *, limit: int | None = None):
+    """``value`` itself if it may be stored; else ``ValueRefused`` naming ``place`` (and, inside
+    the value, where: ``parameters.servers[2].name``) and why. ``limit``: the largest size in
+    bytes, by default ``WORKFLOWS["MAX_PAYLOAD_BYTES"]``."""
+    found = _structure_problem(value)
+    if found is not None:
+        where, reason = found
+        where = where if len(where) <= 200 else where[:200] + "..."
+        raise ValueRefused(place + where, reason)
+    limit = workflows_settings.MAX_PAYLOAD_BYTES if limit is None else limit
+    size = json_size(value)
+    if size > limit:
+        raise ValueRefused(place, f"{size} bytes as JSON, more than the {limit} allowed (MAX_PAYLOAD_BYTES)",
+                           too_large=True)
+    return value
+
+
+def json_size(value) -> int:
+    """The size in bytes of ``value`` (already checked) as compact UTF-8 JSON, as it is stored."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def _structure_problem(value):
+    """``(where, why)`` for the first thing that makes ``value`` unstorable, or None. Iterative,
+    so that nesting deeper than the interpreter's recursion limit is answered too."""
+    stack = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, str):
+            problem = string_problem(item)
+            if problem:
+                return where, problem
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return where, "NaN and infinities are not JSON numbers"
+        elif isinstance(item, (dict, list, tuple)):
+            if depth >= MAX_DEPTH:
+                return where, f"nested deeper than {MAX_DEPTH} levels"
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, _SCALARS) or (isinstance(key, float) and not math.isfinite(key)):
+                        return where, f"an object key must be a string, not {type(key).__name__}"
+                    if isinstance(key, str) and string_problem(key):
+                        return where, f"a key: {string_problem(key)}"
+                    stack.append((child, f"{where}.{_printable(key)}", depth + 1))
+            else:
+                stack.extend((child, f"{where}[{index}]", depth + 1) for index, child in enumerate(item))
+        elif not isinstance(item, _SCALARS):
+            return where, f"{type(item).__name__} is not a JSON value"
+    return None
+
+
+def _printable(key) -> str:
+    """A key as it can be shown in a message (it may be the unstorable part itself)."""
+    text = str(key)[:100]
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def clean_text(text, limit: int = MAX_TEXT) -> str:
+    """``text`` as it can always be stored and shown: NUL characters and lone surrogates written
+    as escapes, cut to ``limit`` characters."""
+    text = str(text)
+    if string_problem(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    if len(text) > limit:
+        text = text[:limit] + f"... [cut: {len(text) - limit} more characters]"
+    return text
+
+
+def clean_error(error):
+    """An operation's error ``{"type", "message", "traceback", ...}`` with its texts cleaned (an
+    exception's message may quote whatever the operation had in hand)."""
+    if not isinstance(error, dict):
+        return error
+    cleaned = {}
+    for key, item in error.items():
+        if isinstance(item, str):
+            cleaned[key] = clean_text(item)
+        elif _structure_problem(item) is None:
+            cleaned[key] = item
+        else:
+            cleaned[key] = clean_text(repr(item))
+    return cleaned
