@@ -7,9 +7,9 @@ changed) and an unknown id ``Execution.DoesNotExist``.
 
 from django.db import DatabaseError, transaction
 
-from workflows_app import dispatch
+from workflows_app import dispatch, values
 from workflows_app.engine import resuming, starts, steps, stopping, waits
-from workflows_app.errors import ActionRefused, ParameterError
+from workflows_app.errors import ActionRefused, ParameterError, ValueRefused
 from workflows_app.models import Event, Execution
 from workflows_app.states import (
     EXECUTION_TERMINAL,
@@ -45,14 +45,18 @@ def send_event(execution_id, name, payload=None) -> Event:
     once committed, the execution is woken. The event is kept until a wait for ``name`` takes it
     (``ctx.await_event``; the oldest first), so one sent before the workflow waits is not lost.
 
-    Raises ``ParameterError`` for a name that is not a non-empty string (at most 255 characters)
-    or a payload that is not JSON, and ``ActionRefused`` once the execution has ended.
+    Raises ``ParameterError`` for a name that is not a non-empty string (at most 255 characters),
+    ``ValueRefused`` for a payload that may not be stored, and ``ActionRefused`` once the
+    execution has ended.
     """
     try:
         waits.check_name(name)
-        waits.check_payload(payload)
     except (TypeError, ValueError) as exc:
         raise ParameterError(str(exc)) from None
+    problem = values.string_problem(name)
+    if problem:
+        raise ValueRefused("name", problem)
+    values.check(payload, "payload")
     with transaction.atomic():
         # No row lock: a dispatcher holds it while the workflow function runs; the advance sent
         # below runs after it and sees the event.

@@ -5,7 +5,7 @@ from contextlib import nullcontext
 
 from django.db import transaction
 
-from workflows_app import dispatch
+from workflows_app import dispatch, values
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import queueing
 from workflows_app.errors import ExistingRunningExecution, ParameterError
@@ -18,11 +18,13 @@ from workflows_app.transitions import create_execution, execution_transition
 def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None, wait_after_fail=None,
           dry_run=False, created_by="", parent=None, parent_step="") -> tuple[Execution, Event]:
     """The unsaved execution (``pending``) and its first event (``transitions.create_execution``
-    stores both). Raises ``RegistrationError`` for an unknown workflow and ``ParameterError`` for
-    parameters that do not fit it or an unknown failure mode."""
+    stores both). Raises ``RegistrationError`` for an unknown workflow, ``ParameterError`` for
+    parameters that do not fit it or an unknown failure mode, and ``ValueRefused`` (a
+    ``ParameterError``) for parameters that may not be stored."""
     definition = get_workflow(workflow_id)
     parameters = {} if parameters is None else parameters
     definition.check_parameters(parameters)
+    values.check(parameters, "parameters")
     failure_mode = failure_mode or definition.failure_mode or workflows_settings.FAILURE_MODE
     if failure_mode not in FailureMode.values:
         raise ParameterError(f"failure_mode must be one of {FailureMode.values}, not {failure_mode!r}")

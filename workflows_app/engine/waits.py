@@ -8,7 +8,6 @@ same one. What wakes a waiting execution: the advance each delivered event sends
 manager's tick for waits whose deadline passed (:func:`due_executions`).
 """
 
-import json
 import math
 from datetime import timedelta
 
@@ -40,15 +39,6 @@ def check_seconds(value, what, *, optional=False):
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{what} is a finite number of seconds, 0 or more, not {value!r}")
     return float(value)
-
-
-def check_payload(payload):
-    """An event's payload is stored as JSON."""
-    try:
-        json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"an event payload is a JSON value: {exc}") from None
-    return payload
 
 
 def open_wait(execution, key, kind, name="", timeout=None):
