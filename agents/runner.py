@@ -69,8 +69,8 @@ class OperationContext:
             raise OperationCancelled(f"{self.name}: the execution is being cancelled")
 
     def log(self, message, **data):
-        outages.ride_out(f"logging for {self.name}", record_event, self.execution_id, EventType.LOG, str(message), data,
-                         operation=self.name)
+        """A ``log`` event of the operation. ``ValueRefused`` for data that may not be stored."""
+        outages.ride_out(f"logging for {self.name}", reports.record_log, self.execution_id, self.name, message, data)
 
 
 @shared_task(name=RUNNER_TASK, **TASK_OPTIONS)

@@ -266,8 +266,8 @@ def test_a_wait_asked_with_bad_input_fails_the_execution_with_a_clear_error(case
     (None, 1, "an event name is a string, not NoneType"),
     ("", 1, "an event name has 1 to 255 characters, not 0"),
     ("x" * 256, 1, "an event name has 1 to 255 characters, not 256"),
-    ("x", {1, 2}, "an event payload is a JSON value"),
-    ("x", float("nan"), "an event payload is a JSON value"),
+    ("x", {1, 2}, "payload: set is not a JSON value"),
+    ("x", float("nan"), "payload: NaN and infinities are not JSON numbers"),
 ])
 def test_send_event_refuses_bad_input_with_a_clear_error(name, payload, says):
     execution = services.start("it_events", {"waits": []})

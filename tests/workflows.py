@@ -656,3 +656,56 @@ def bad_child(ctx, kind):
 def parent_of(ctx, workflow, params, timeout=None):
     """One child of ``workflow`` with ``params`` (and the child's ``timeout``); its payload is the child's."""
     ctx.set_payload(ctx.await_workflow("child", workflow, timeout=timeout, **params))
+
+
+# --- values that may not be stored (the one value check) ------------------------------------------
+
+#: Text with a lone surrogate and a NUL: stored as text (an error), it is cleaned, not refused.
+UNSTORABLE_TEXT = os.fsdecode(b"x-\xff") + " \x00 end"
+
+
+def bad_value(kind):
+    """A value no database or page can hold, of ``kind``; "ok" is one that can."""
+    if kind == "surrogate":
+        return {"file": os.fsdecode(b"report-\xff.csv")}  # what os.listdir gives for a name not in UTF-8
+    if kind == "nul":
+        return {"text": "a\x00b"}
+    if kind == "nan":
+        return {"ratio": float("nan")}
+    if kind == "deep":
+        value = []
+        for _ in range(900):
+            value = [value]
+        return value
+    if kind == "large":
+        return {"blob": "x" * (3 * 1024 * 1024)}
+    return {"fine": True}
+
+
+@operation(name="it_returns", max_retries=3, retry_interval=0.2)
+def returns(ctx, kind, *extra):
+    """Returns ``bad_value(kind)``; with ``kind`` "error" raises an error quoting a lone surrogate
+    and a NUL (retryable: the error itself must be stored every time)."""
+    if kind == "error":
+        raise RecoverableError("cannot read " + UNSTORABLE_TEXT)
+    if kind == "log":
+        ctx.log("a log line with data that cannot be stored", data=bad_value("surrogate"))
+    return bad_value(kind)
+
+
+@workflow(name="it_bad_value")
+def bad_value_workflow(ctx, where, kind, agent=None):
+    """Meets ``bad_value(kind)`` ``where``: "result" (an operation returns it), "payload" (the
+    workflow sets it), "arguments" (the workflow passes it to a step), "error" (an operation's
+    error quotes it), "reason" (the workflow fails with a reason quoting it), "log" (ctx.log)."""
+    if where == "result":
+        ctx.await_execute("produce", returns, kind, agent=agent)
+    elif where == "payload":
+        ctx.set_payload({"value": bad_value(kind)})
+    elif where == "arguments":
+        ctx.await_execute("produce", returns, "ok", bad_value(kind), agent=agent)
+    elif where in ("error", "log"):
+        ctx.await_execute("produce", returns, where, agent=agent)
+    elif where == "reason":
+        ctx.fail("gave up on " + UNSTORABLE_TEXT)
+    ctx.set_payload({"went_on": True})

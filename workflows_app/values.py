@@ -60,6 +60,31 @@ def check(value, place: str, *, limit: int | None = None):
     return value
 
 
+def loads(text):
+    """JSON text as a value, strictly: ``ValueError`` (with the reason) for text that is not JSON,
+    for ``NaN`` and ``Infinity`` (Python's json takes them), for a number too large for a float
+    (which would become an infinity) and for nesting deeper than the interpreter can parse (a
+    ``RecursionError`` otherwise). What every door that reads JSON text uses: the API's parser,
+    the admin's form, the commands. The value still goes through :func:`check`."""
+    if hasattr(text, "read"):
+        text = text.read()
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+
+
+def _finite_float(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def json_size(value) -> int:
     """The size in bytes of ``value`` (already checked) as compact UTF-8 JSON, as it is stored."""
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
@@ -87,7 +112,7 @@ def _structure_problem(value):
                         return where, f"an object key must be a string, not {type(key).__name__}"
                     if isinstance(key, str) and string_problem(key):
                         return where, f"a key: {string_problem(key)}"
-                    stack.append((child, f"{where}.{_printable(key)}", depth + 1))
+                    stack.append((child, f"{where}.{printable(key)}", depth + 1))
             else:
                 stack.extend((child, f"{where}[{index}]", depth + 1) for index, child in enumerate(item))
         elif not isinstance(item, _SCALARS):
@@ -95,8 +120,8 @@ def _structure_problem(value):
     return None
 
 
-def _printable(key) -> str:
-    """A key as it can be shown in a message (it may be the unstorable part itself)."""
+def printable(key) -> str:
+    """A key or name as it can be shown in a message (it may be the unstorable part itself)."""
     text = str(key)[:100]
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from greenlet import GreenletExit
 
+from workflows_app import values
 from workflows_app.engine import graph as graphs
 from workflows_app.engine import children, failures, steps, waits
 from workflows_app.engine.canvas import compile_canvas
@@ -213,8 +214,12 @@ class WorkflowContext:
                                  dependents=True, known=self._operations))
 
     def set_payload(self, payload):
+        """Replace the durable payload. ``ValueRefused`` for one that may not be stored (NUL,
+        lone surrogate, NaN, too deep, larger than MAX_PAYLOAD_BYTES): uncaught, the execution
+        fails naming why."""
         if not isinstance(payload, dict):
             raise TypeError("the payload is a JSON object (a dict)")
+        values.check(payload, "payload")
         self._execution.payload = payload
         self._payload_changed = True
 

@@ -15,7 +15,7 @@ import uuid
 from django.db import connection, transaction
 from django.utils import timezone
 
-from workflows_app import db, outages
+from workflows_app import db, outages, values
 from workflows_app.engine import children, failures, live, policy, stopping
 from workflows_app.engine.context import WorkflowCancelled, WorkflowContext, WorkflowFailed
 from workflows_app.engine.handles import Suspend
@@ -160,6 +160,7 @@ def end(execution, status, error="", *, steps_open=True):
     state and event (running ones are asked to stop: SIGTERM, then SIGKILL after
     KILL_GRACE_SECONDS), then the execution its terminal status and event. ``steps_open``:
     False when the caller knows that every step has ended."""
+    error = values.clean_text(error)  # a reason or traceback from workflow code may quote anything
     if steps_open:
         cancel_in_states(execution, OPERATION_ACTIVE, f"the execution ends {status}")
     fields = {"error": error} if error else {}

@@ -19,6 +19,7 @@ survives restarts (:func:`schedule_retry`, :func:`retry_due`).
 
 from datetime import timedelta
 
+from workflows_app import values
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import policy, reports, steps, waits
 from workflows_app.models import Event, Operation, Wait
@@ -142,7 +143,7 @@ def schedule_retry(execution, trace) -> Wait:
     wait = waits.open_wait(execution, f"retry#{tries}", WaitKind.RETRY, timeout=delay)
     record_event(execution.pk, EventType.WORKFLOW_RETRYING,
                  f"the workflow code raised; it runs again in {delay:g}s (retry {tries})",
-                 {"traceback": trace, "retry": tries, "delay": delay, "next_try_at": wait.deadline.isoformat()})
+                 {"traceback": values.clean_text(trace), "retry": tries, "delay": delay, "next_try_at": wait.deadline.isoformat()})
     return wait
 
 

@@ -18,9 +18,9 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from workflows_app import db, dispatch
+from workflows_app import db, dispatch, values
 from workflows_app.engine import policy, progress, steps
-from workflows_app.errors import TransitionRefused
+from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Operation, OperationDependency
 from workflows_app.states import EventType, ExecutionStatus, FailureMode, OperationState
 from workflows_app.transitions import operation_transition, record_event
@@ -28,7 +28,14 @@ from workflows_app.transitions import operation_transition, record_event
 
 def record_success(operation, attempt, result):
     """Record an attempt's result; count down its dependents; send those now ready; wake the
-    workflow if it waits on this step, or if its graph has nothing left in flight."""
+    workflow if it waits on this step, or if its graph has nothing left in flight. A result that
+    may not be stored (``values.check``) fails the attempt for good, naming why: retrying would
+    only produce it again."""
+    try:
+        values.check(result, "result")
+    except ValueRefused as refused:
+        return record_failure(operation, attempt, {"type": "ValueRefused", "message": f"the operation's {refused}",
+                                                   "traceback": ""}, retryable=False)
     with transaction.atomic():
         try:
             # The execution's row FOR SHARE (in the same statement on PostgreSQL): completions of
@@ -99,6 +106,7 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
     execution is cancelling, nor in no_new_calls/fail_fast while a failure is unhandled.
     ``stop_process``: the attempt may still run (its timeout passed): kill its process group.
     """
+    error = values.clean_error(error)
     with transaction.atomic():
         execution = progress.lock_execution(operation.execution_id)
         delay = policy.retry_delay(operation, retry_after) if retryable else None
@@ -136,6 +144,7 @@ def _caused_by_another(execution, error):
 
 def record_cancelled(operation, attempt, error):
     """A running attempt that stopped because its execution is cancelling (``OperationCancelled``)."""
+    error = values.clean_error(error)
     with transaction.atomic():
         execution = progress.lock_execution(operation.execution_id)
         try:
@@ -167,6 +176,13 @@ def record_processes_gone(attempts):
                .order_by().values_list("execution_id", flat=True).distinct())
     for execution_id in waiting:
         dispatch.send_advance(execution_id)
+
+
+def record_log(execution_id, step, message, data):
+    """An operation's ``ctx.log(message, **data)``: its message cleaned, its data checked
+    (``ValueRefused``, raised in the operation's code)."""
+    values.check(data, "the log's data")
+    return record_event(execution_id, EventType.LOG, values.clean_text(message), data, operation=step)
 
 
 def _stale(operation, attempt, refused, data):

@@ -8,7 +8,7 @@ from django.db import transaction
 from workflows_app import dispatch, values
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import queueing
-from workflows_app.errors import ExistingRunningExecution, ParameterError
+from workflows_app.errors import ExistingRunningExecution, ParameterError, ValueRefused
 from workflows_app.models import Event, Execution
 from workflows_app.registry import get_workflow
 from workflows_app.states import EventType, ExecutionStatus, FailureMode
@@ -25,6 +25,8 @@ def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
     parameters = {} if parameters is None else parameters
     definition.check_parameters(parameters)
     values.check(parameters, "parameters")
+    if deployment_id is not None and values.string_problem(str(deployment_id)):
+        raise ValueRefused("deployment_id", values.string_problem(str(deployment_id)))
     failure_mode = failure_mode or definition.failure_mode or workflows_settings.FAILURE_MODE
     if failure_mode not in FailureMode.values:
         raise ParameterError(f"failure_mode must be one of {FailureMode.values}, not {failure_mode!r}")

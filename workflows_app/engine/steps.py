@@ -13,11 +13,11 @@ from django.db import connection, transaction
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
-from workflows_app import db, dispatch
+from workflows_app import db, dispatch, values
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import graph as graphs
 from workflows_app.engine import progress
-from workflows_app.errors import NonDeterministicWorkflow, TransitionRefused, WorkflowError
+from workflows_app.errors import NonDeterministicWorkflow, TransitionRefused, ValueRefused, WorkflowError
 from workflows_app.models import Operation, OperationDependency
 from workflows_app.models.operation import task_id_for
 from workflows_app.registry import get_operation
@@ -70,6 +70,12 @@ def store(execution, known, nodes, *, awaited, failed=None):
     if not new:
         return []
     graphs.validate(new, known=known.keys())
+    for node in new:  # what workflow code asks to store: a refusal raises in that code
+        problem = values.string_problem(node.name)
+        if problem:
+            raise ValueRefused("a step name", problem)
+        values.check(list(node.args), f"step '{node.name}' args")
+        values.check(node.kwargs, f"step '{node.name}' kwargs")
     settings = workflows_settings
     rows = []
     for node in new:

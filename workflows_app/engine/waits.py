@@ -14,6 +14,8 @@ from datetime import timedelta
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from workflows_app import values
+from workflows_app.errors import ValueRefused
 from workflows_app.models import Event, Wait
 from workflows_app.states import EventType, ExecutionStatus, WaitKind, WaitOutcome
 
@@ -27,6 +29,9 @@ def check_name(name):
         raise TypeError(f"an event name is a string, not {type(name).__name__} ({name!r})")
     if not name or len(name) > MAX_NAME_LENGTH:
         raise ValueError(f"an event name has 1 to {MAX_NAME_LENGTH} characters, not {len(name)}")
+    problem = values.string_problem(name)
+    if problem:
+        raise ValueRefused("an event name", problem)
     return name
 
 

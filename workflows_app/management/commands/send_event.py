@@ -1,10 +1,8 @@
 """``manage.py send_event ID NAME [--payload JSON] [--json]``"""
 
-import json
-
 from django.core.management.base import CommandError
 
-from workflows_app import services
+from workflows_app import services, values
 from workflows_app.management.cli import ExecutionCommand, call, event_json, parse_execution_id
 
 
@@ -21,8 +19,8 @@ class Command(ExecutionCommand):
 
     def handle(self, *args, execution_id, name, payload, as_json, **options):
         try:
-            value = json.loads(payload)
+            value = values.loads(payload)
         except ValueError as exc:
-            raise CommandError(f"--payload is not JSON: {exc}") from None
+            raise CommandError(f"--payload is not JSON: {values.clean_text(exc, 200)}") from None
         event = call(services.send_event, parse_execution_id(execution_id), name, value)
         self.stdout.write(event_json(event) if as_json else f"{event.execution_id} event #{event.pk} {name}")

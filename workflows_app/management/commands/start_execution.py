@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import CommandError
 
-from workflows_app import services
+from workflows_app import services, values
 from workflows_app.management.cli import ExecutionCommand, call, print_execution, wait_and_report
 
 
@@ -14,9 +14,11 @@ def parse_param(text):
         raise CommandError(f"--param takes k=v, not {text!r}")
     key, raw = text.split("=", 1)
     try:
-        value = json.loads(raw)
+        value = values.loads(raw)
     except json.JSONDecodeError:
         value = raw
+    except ValueError as exc:  # JSON, but not a value that can be taken: NaN, too deep
+        raise CommandError(f"--param {key.strip()}: {values.clean_text(exc, 200)}") from None
     return key.strip(), value
 
 
