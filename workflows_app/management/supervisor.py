@@ -9,6 +9,9 @@ blocks on a full pipe and its output stays on disk whatever happens to the super
 
 One Ctrl-C (SIGINT) or SIGTERM stops every child with SIGTERM to its whole process group, then
 SIGKILL to any still alive after ``grace`` seconds; a second one skips the wait.
+
+The log directory and the logs it makes are their owner's only (SPEC §16): what a process
+logs may name its database, its broker, its operations' arguments.
 """
 
 import logging
@@ -20,6 +23,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from workflows_app import local_files
 
 #: The level of a record in the two formats the children log in: Celery's worker
 #: (``[2026-01-01 10:00:00,000: WARNING/MainProcess] …``) and the project's LOGGING
@@ -120,7 +125,7 @@ class Supervisor:
         """Start every child. The signal handlers are in place first: a Ctrl-C from here on
         stops the stack instead of leaving children (in their own sessions) running."""
         self._previous_handlers = {sig: signal.signal(sig, self._ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        local_files.private_dir(self.log_dir)
         try:
             for child in self.children:
                 self._start(child)
@@ -132,7 +137,7 @@ class Supervisor:
     def _start(self, child):
         child.log_path = self.log_dir / f"{child.name}.log"
         _keep_previous(child.log_path)
-        with open(child.log_path, "wb") as log:
+        with open(child.log_path, "wb", opener=local_files.private_opener) as log:
             child.process = subprocess.Popen(
                 child.argv, cwd=self.cwd, env={**os.environ, "PYTHONUNBUFFERED": "1", **child.env},
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -3,11 +3,12 @@
 Starts the embedded Redis (when no broker is configured), applies migrations, makes sure an
 ``admin`` user exists, then runs the web server (API and admin), a manager, one agent named
 ``local`` and Flower as child processes, each in its own process group, and starts the bundled
-``demo`` workflow. The terminal shows what a person needs: the URLs, the admin password, the
-demo's progress and result, and the children's warnings and errors; each child's whole output
-goes to ``var/logs/<name>.log`` (``--verbose`` shows it on the terminal too). Ctrl-C or SIGTERM
-stops all of it gracefully. The children are the same ``manage.py``'s commands, so it runs in
-any project that has Switchyard's apps.
+``demo`` workflow. The terminal shows what a person needs: the URLs, the admin password and
+Flower's login, the demo's progress and result, and the children's warnings and errors; each
+child's whole output goes to ``var/logs/<name>.log`` (``--verbose`` shows it on the terminal
+too). Ctrl-C or SIGTERM stops all of it gracefully. The children are the same ``manage.py``'s
+commands, so it runs in any project that has Switchyard's apps. What it keeps under ``var/``
+(passwords, logs) is its owner's only.
 """
 
 import json
@@ -23,16 +24,19 @@ from django.core.management.base import BaseCommand
 from django.db import DatabaseError
 from django.urls import NoReverseMatch, reverse
 
-from workflows_app import embedded_redis, services
+from workflows_app import embedded_redis, local_files, services
 from workflows_app.conf import var_dir, workflows_settings
 from workflows_app.errors import ParameterError, RegistrationError
 from workflows_app.management.cli import done_of_total
+from workflows_app.management.commands.run_flower import BASIC_AUTH_ENV
 from workflows_app.management.supervisor import Child, Supervisor
 from workflows_app.models import Execution
 from workflows_app.queries import operations_summary
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, ExecutionStatus, OperationState
 
 PASSWORD_FILE = "standalone_admin_password.txt"
+#: Flower's login (``user:password``), made once like the admin's password.
+FLOWER_LOGIN_FILE = "standalone_flower_login.txt"
 LOG_DIR = "logs"
 #: How often the demo's progress is read (two short queries), while it runs.
 PROGRESS_POLL_SECONDS = 0.5
@@ -53,7 +57,7 @@ class Command(BaseCommand):
                                  "(it all goes to var/logs/<process>.log either way)")
 
     def handle(self, *args, address, port, flower_port, no_flower, no_demo, concurrency, verbose, **options):
-        var_dir().mkdir(parents=True, exist_ok=True)
+        local_files.private_dir(var_dir())
         # The embedded Redis belongs to the stack: stopped with it, unless it was already
         # running for someone else before this command started. (Configuring the Celery app
         # starts it, ``workflows_app.apps``: whether this process did is what tells.)
@@ -71,14 +75,15 @@ class Command(BaseCommand):
             self.say(f"embedded Redis: {embedded_redis.ensure_running(redis_dir)}")
         call_command("migrate", interactive=False, verbosity=0)
         password = self._admin_password()
+        flower_login = None if no_flower else self._flower_login()
         phases = workflows_settings.SHUTDOWN_PHASE_TIMEOUTS
-        supervisor = Supervisor(self._children(address, port, flower_port, no_flower, concurrency),
+        supervisor = Supervisor(self._children(address, port, flower_port, flower_login, concurrency),
                                 log_dir=var_dir() / LOG_DIR, cwd=os.getcwd(), out=self.stdout,
                                 verbose=verbose, grace=float(sum(phases.values())),
                                 before_stop=self._abort_executions if workflows_settings.ABORT_ON_TERMINATE else None)
         supervisor.start()
         try:
-            self._banner(address, port, None if no_flower else flower_port, password, verbose)
+            self._banner(address, port, None if no_flower else flower_port, password, flower_login, verbose)
             progress = None if no_demo else self._start_demo(address, port)
             return supervisor.wait(on_tick=progress)
         finally:
@@ -90,8 +95,10 @@ class Command(BaseCommand):
         self.stdout.write(text)
         self.stdout.flush()
 
-    def _children(self, address, port, flower_port, no_flower, concurrency):
+    def _children(self, address, port, flower_port, flower_login, concurrency):
+        """The stack's processes; Flower (unless ``flower_login`` is None) with that login."""
         manage = [sys.executable, os.path.abspath(sys.argv[0])]  # this very manage.py
+        no_flower = flower_login is None
         web_env = {} if no_flower else self._linking_to_flower(f"http://{address}:{flower_port}")
         children = [
             Child("web", manage + ["runserver", "--noreload", f"{address}:{port}"], env=web_env),
@@ -99,7 +106,9 @@ class Command(BaseCommand):
             Child("agent", manage + ["run_agent", "local", f"--concurrency={concurrency}"]),
         ]
         if not no_flower:
-            children.append(Child("flower", manage + ["run_flower", f"--address={address}", f"--port={flower_port}"]))
+            # In its environment, where Flower reads it, rather than on a command line anyone can list.
+            children.append(Child("flower", manage + ["run_flower", f"--address={address}", f"--port={flower_port}"],
+                                  env={BASIC_AUTH_ENV: flower_login}))
         return children
 
     @staticmethod
@@ -111,7 +120,7 @@ class Command(BaseCommand):
         overrides = json.loads(os.environ.get("SWITCHYARD_WORKFLOWS") or "{}")
         return {"SWITCHYARD_WORKFLOWS": json.dumps({**overrides, "FLOWER_URL": url})}
 
-    def _banner(self, address, port, flower_port, password, verbose):
+    def _banner(self, address, port, flower_port, password, flower_login, verbose):
         base = f"http://{address}:{port}"
         lines = [
             "",
@@ -120,7 +129,12 @@ class Command(BaseCommand):
             f"  API docs  {base}{_path('api:docs')}",
         ]
         if flower_port is not None:
-            lines.append(f"  Flower    http://{address}:{flower_port}/")
+            if os.environ.get(BASIC_AUTH_ENV):
+                login = f"the login of {BASIC_AUTH_ENV}"
+            else:
+                user, _, flower_password = flower_login.partition(":")
+                login = f"user {user}, password {flower_password}"
+            lines.append(f"  Flower    http://{address}:{flower_port}/   {login}")
         lines.append(f"  logs      {var_dir() / LOG_DIR}/<process>.log"
                      + ("" if verbose else " (only their warnings and errors here; all of it with --verbose)"))
         lines.append("Press Ctrl-C to stop.")
@@ -170,9 +184,21 @@ class Command(BaseCommand):
             user = User(username="admin", email="admin@localhost", is_staff=True, is_superuser=True)
         user.set_password(password)
         user.save()
-        path.write_text(password + "\n")
-        path.chmod(0o600)
+        local_files.write_private(path, password + "\n")
         return password
+
+    @staticmethod
+    def _flower_login():
+        """Flower's ``user:password``: the environment's ``FLOWER_BASIC_AUTH`` when set, else one
+        made once and kept under var/ (owner-only), so every start prints the same."""
+        if os.environ.get(BASIC_AUTH_ENV):
+            return os.environ[BASIC_AUTH_ENV]
+        path = var_dir() / FLOWER_LOGIN_FILE
+        if path.exists() and ":" in path.read_text():
+            return path.read_text().strip()
+        login = f"flower:{secrets.token_urlsafe(12)}"
+        local_files.write_private(path, login + "\n")
+        return login
 
 
 class DemoProgress:
