@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import pre_delete
 
 
 class AgentsConfig(AppConfig):
@@ -7,7 +8,13 @@ class AgentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        # GET <prefix>/agents, served by workflows_app.api.urls (which never imports this app).
+        # Imported here: models (and the modules that import them) only once the apps are loaded.
+        from agents import signals
         from workflows_app.api import routes
 
+        # GET <prefix>/agents, served by workflows_app.api.urls (which never imports this app).
         routes.register(r"^agents/?$", "agents.api.AgentList", name="agents")
+        # Every way of deleting an agent's row (the admin, a queryset's delete(), the shell)
+        # sends pre_delete for each row, as a model with a receiver is never deleted in bulk.
+        pre_delete.connect(signals.lose_started_operations, sender=self.get_model("Agent"),
+                           dispatch_uid="agents.lose_started_operations")

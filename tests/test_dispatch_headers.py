@@ -81,7 +81,7 @@ class RecordingApp:
         self.events = self  # app.events.Dispatcher(...): this app, recording what it publishes
         self.published = []
 
-    def Dispatcher(self, enabled=True):
+    def Dispatcher(self, enabled=True, serializer=None):
         return self
 
     def publish(self, type, fields, producer, **kwargs):

@@ -20,6 +20,12 @@ Every message also carries Celery's monitoring headers (``shadow``, ``argsrepr``
 events`` and the workers' logs name the workflow, the step and the operation instead of
 ``agents.run_operation`` and two ids. They only describe the message: its args are what the
 worker reads.
+
+Everything sent here is JSON, whatever the project's ``task_serializer`` or
+``event_serializer`` say (SPEC §15): Switchyard's workers accept nothing else
+(``agents.worker.pool.json_only``). Messages say ``serializer="json"``; their ``task-sent``
+events and the remote-control commands go through a dispatcher and a remote-control client of
+Switchyard's own (:func:`_event_dispatcher`, :func:`_control`), set to JSON.
 """
 
 import functools
@@ -27,6 +33,7 @@ import json
 import logging
 
 from celery import current_app
+from celery.utils.imports import instantiate
 
 from workflows_app.conf import workflows_settings
 from workflows_app.models import Execution, Operation
@@ -45,6 +52,8 @@ TASK_OPTIONS = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost
 #: The remote-control commands every Switchyard worker registers (``agents.worker.control``).
 KILL_COMMAND = "switchyard_kill"
 RUNNING_COMMAND = "switchyard_running"
+#: The one serializer of everything Switchyard sends (SPEC §15).
+SERIALIZER = "json"
 
 
 def project_app():
@@ -118,8 +127,23 @@ class _SentUnderShadow:
 @functools.cache
 def _event_dispatcher(app):
     """A disabled dispatcher, as Celery's own for ``task-sent``: it publishes through the
-    producer it is given."""
-    return app.events.Dispatcher(enabled=False)
+    producer it is given, as JSON."""
+    return app.events.Dispatcher(enabled=False, serializer=SERIALIZER)
+
+
+def _control():
+    """The project's remote-control client (its class, exchange and queues), but one of
+    Switchyard's own that sends its commands as JSON and takes only JSON replies: ``app.control``
+    serializes with the project's ``task_serializer``, accepts its ``accept_content``, and is the
+    project's to configure."""
+    return _json_control(current_app._get_current_object())
+
+
+@functools.cache
+def _json_control(app):
+    control = instantiate(app.control_cls, app=app)
+    control.mailbox.serializer, control.mailbox.accept = SERIALIZER, [SERIALIZER]
+    return control
 
 
 def _options(app, headers) -> dict:
@@ -150,7 +174,7 @@ def send_advance(execution_id, workflow_id=None):
     start, a wake-up or an imperative step does not pay for four event messages on its way."""
     app = current_app
     app.send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
-                  ignore_result=True, event_dispatcher=_NO_SENT_EVENT,
+                  ignore_result=True, serializer=SERIALIZER, event_dispatcher=_NO_SENT_EVENT,
                   **advance_headers(execution_id, workflow_id))
 
 
@@ -173,6 +197,7 @@ def send_operations(operations):
                 queue=operation.agent,
                 producer=producer,
                 ignore_result=True,
+                serializer=SERIALIZER,
                 **_options(app, operation_headers(workflows.get(str(operation.execution_id)), operation)),
             )
 
@@ -203,7 +228,7 @@ def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
     id and attempt) and, with ``dispatcher``, the execution's dispatcher: SIGTERM now, SIGKILL
     after ``KILL_GRACE_SECONDS`` (``agents.worker.control``). Fire and forget: fencing covers a worker
     that does not hear it."""
-    current_app.control.broadcast(
+    _control().broadcast(
         KILL_COMMAND,
         arguments={"execution_id": str(execution_id), "attempts": [[str(pk), attempt] for pk, attempt in attempts],
                    "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
@@ -227,14 +252,14 @@ def revoke(task_ids, *, terminate=False):
     in-memory list, is the guarantee (a worker started later never heard of it)."""
     task_ids = list(task_ids)
     if task_ids:
-        current_app.control.revoke(task_ids, terminate=terminate, signal="SIGTERM")
+        _control().revoke(task_ids, terminate=terminate, signal="SIGTERM")
 
 
 def ask_running(timeout):
     """Ask every worker (``switchyard_running``) what it runs; the answers that arrive within
     ``timeout`` seconds, one dict per worker: ``{"agent", "incarnation", "running"}``."""
     answers = []
-    for reply in current_app.control.broadcast(RUNNING_COMMAND, reply=True, timeout=timeout) or []:
+    for reply in _control().broadcast(RUNNING_COMMAND, reply=True, timeout=timeout) or []:
         for answer in reply.values():
             ok = answer.get("ok") if isinstance(answer, dict) else None
             if isinstance(ok, dict):

@@ -10,23 +10,37 @@ fencing refuses them, as the operations are already ``cancelled`` (SPEC §5, §7
 
 The handler runs in the worker's main process, never in a pool process, so it can signal a pool
 process that is busy; Celery replaces a pool process that died.
+
+Anyone who may publish to the broker may broadcast this command, so what arrives is checked before
+it is used: an attempt is an operation id (a UUID) and a positive int, a dispatcher an execution id
+(a UUID), the grace a number of seconds up to a day; anything else is ignored and logged. Even a valid
+key is only compared with the names of the records this worker wrote (``local.recorded_groups``):
+it never becomes a path, and only a process group a record holds is ever signalled.
 """
 
 import logging
 import os
+import reprlib
 import signal
 import threading
 import time
+import uuid
 
 from celery.worker.control import control_command
 from django.db import connections
 
 from agents.worker import local
 from agents.worker.forks import no_fork_meanwhile
+from workflows_app.conf import workflows_settings
 from workflows_app.dispatch import KILL_COMMAND, RUNNING_COMMAND
 from workflows_app.engine import reports
 
 logger = logging.getLogger(__name__)
+
+#: The highest attempt an operation can have (its column is a PositiveIntegerField).
+MAX_ATTEMPT = 2**31 - 1
+#: The longest grace a kill may ask for: a day.
+MAX_GRACE_SECONDS = 86400.0
 
 
 @control_command(
@@ -34,13 +48,69 @@ logger = logging.getLogger(__name__)
     args=[("execution_id", str), ("attempts", list), ("dispatcher", bool), ("grace", float)],
     signature="<execution_id> [attempts] [dispatcher] [grace]",
 )
-def switchyard_kill(state, execution_id=None, attempts=None, dispatcher=False, grace=5.0, **kwargs):
+def switchyard_kill(state, execution_id=None, attempts=None, dispatcher=False, grace=None, **kwargs):
     """SIGTERM the process groups of an execution's attempts (and dispatcher), SIGKILL after grace."""
-    keys = [local.attempt_key(operation_id, attempt) for operation_id, attempt in attempts or ()]
-    if dispatcher and execution_id:
-        keys.append(local.dispatcher_key(execution_id))
-    signalled = terminate(keys, float(grace))
+    keys = attempt_keys(attempts)
+    if dispatcher is True:
+        execution = canonical_uuid(execution_id)
+        if execution is None:
+            logger.warning("kill: ignored the dispatcher of a malformed execution id %s", reprlib.repr(execution_id))
+        else:
+            keys.add(local.dispatcher_key(execution))
+    signalled = terminate(keys, grace_seconds(grace))
     return {"ok": {"signalled": signalled, "agent": local.name()}}
+
+
+def attempt_keys(attempts) -> set[str]:
+    """The record keys (``local.attempt_key``) of the well-formed attempts of ``attempts``: pairs
+    of an operation id (a UUID) and an attempt (an int from 1 to MAX_ATTEMPT). The others are
+    ignored, and logged once for the whole list."""
+    if attempts is None:
+        return set()
+    if not isinstance(attempts, (list, tuple)):
+        logger.warning("kill: ignored attempts that are not a list: %s", reprlib.repr(attempts))
+        return set()
+    keys, ignored = set(), []
+    for entry in attempts:
+        key = _attempt_key(entry)
+        if key is None:
+            ignored.append(entry)
+        else:
+            keys.add(key)
+    if ignored:
+        logger.warning("kill: ignored %d malformed attempt(s) of %d: %s", len(ignored), len(attempts),
+                       reprlib.repr(ignored))
+    return keys
+
+
+def _attempt_key(entry):
+    if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+        return None
+    operation_id, attempt = canonical_uuid(entry[0]), entry[1]
+    if operation_id is None or type(attempt) is not int or not 0 < attempt <= MAX_ATTEMPT:
+        return None
+    return local.attempt_key(operation_id, attempt)
+
+
+def canonical_uuid(value):
+    """``value`` as a UUID's canonical text (hex digits and dashes only), or None if it is not one."""
+    if not isinstance(value, str) or len(value) > 64:  # longer than any spelling of a UUID
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+def grace_seconds(grace) -> float:
+    """The grace a kill asked for, from 0 to MAX_GRACE_SECONDS; else (none, NaN, infinite,
+    negative, not a number) this worker's own KILL_GRACE_SECONDS."""
+    # NaN compares false with everything, infinity is above the bound: both are refused here.
+    if isinstance(grace, (int, float)) and not isinstance(grace, bool) and 0 <= grace <= MAX_GRACE_SECONDS:
+        return float(grace)
+    if grace is not None:
+        logger.warning("kill: ignored the grace %s: KILL_GRACE_SECONDS instead", reprlib.repr(grace))
+    return float(workflows_settings.KILL_GRACE_SECONDS)
 
 
 @control_command(name=RUNNING_COMMAND)
@@ -56,11 +126,11 @@ def terminate(keys, grace) -> list[str]:
     it is still recorded as running that key. Once the groups are gone, the attempts among them
     are reported stopped (``reports.record_processes_gone``): the engine waits for that before
     it shows workflow code a failure whose failure mode cancelled running steps. Returns the
-    keys that were signalled."""
+    keys that were signalled. Only the groups this worker recorded are: ``keys`` are looked up
+    among its records (``local.recorded_groups``), never read as paths."""
     targets = []
-    for key in keys:
-        pgid = local.process_group_of(key)
-        if pgid is None or pgid == os.getpgrp() or not local.group_alive(pgid):
+    for key, pgid in local.recorded_groups(keys).items():
+        if pgid == os.getpgrp() or not local.group_alive(pgid):
             continue
         local.signal_group(pgid, signal.SIGTERM)
         targets.append((key, pgid))

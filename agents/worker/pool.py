@@ -10,6 +10,7 @@ import os
 import time
 
 from celery.signals import task_postrun, task_prerun, worker_process_init
+from celery.utils.text import match_case
 from django.db import close_old_connections, connections
 
 from agents.worker import local
@@ -41,11 +42,54 @@ def prepare(app):
     caches) costs more than the operation it serves. Keep it, and let Django decide between two
     tasks, as it does between two requests, whether it is too old (CONN_MAX_AGE), broken by an
     error, or dead (CONN_HEALTH_CHECKS): :func:`_check_idle_connections`,
-    :func:`_drop_failed_connections`."""
-    app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
-    app.conf.broker_connection_retry_on_startup = True
-    app.conf.broker_channel_error_retry = True
+    :func:`_drop_failed_connections`.
+
+    And JSON only (:func:`json_only`), whatever the project accepts."""
+    override(app, "worker_cancel_long_running_tasks_on_connection_loss", False)
+    override(app, "broker_connection_retry_on_startup", True)
+    override(app, "broker_channel_error_retry", True)
     app.conf["CELERY_DB_REUSE_MAX"] = 2**31
+    json_only(app)
+
+
+#: The one content type a Switchyard worker takes from the broker (SPEC §15).
+JSON = "json"
+
+
+def json_only(app):
+    """Make ``app``'s worker accept JSON messages only — on its queues, as remote-control commands
+    and as events — and send its events and remote-control replies as JSON, whatever the project's
+    ``accept_content`` and serializers say (SPEC §15: JSON only on the wire). A message of another
+    content type is refused before its body is read: kombu raises ``ContentDisallowed``, and
+    Celery logs it ("Refusing to deserialize untrusted content") and rejects the message.
+
+    Celery reads ``accept_content`` when the worker makes its task consumer, and the remote-control
+    mailbox takes it (and the serializer of its replies) when ``app.control`` is first made, which
+    may have been before this (a starting manager asks the workers what they run): the mailbox is
+    set here too. The project's ``task_serializer`` is left alone: Switchyard's own messages say
+    ``serializer="json"`` themselves (``workflows_app.dispatch``), and an operation's code may send
+    the project's own tasks as the project does, and read their results as it does: results,
+    which Switchyard never reads, are accepted as the project's ``accept_content`` said (Celery
+    falls back on it when ``result_accept_content`` is unset)."""
+    if app.conf.result_accept_content is None:
+        override(app, "result_accept_content", list(app.conf.accept_content))
+    override(app, "accept_content", [JSON])
+    override(app, "event_serializer", JSON)
+    mailbox = app.control.mailbox
+    mailbox.accept, mailbox.serializer = [JSON], JSON
+
+
+def override(app, key, value):
+    """Set the Celery setting ``key`` (its new, lower-case name) so that it wins over the project's
+    configuration. Setting ``app.conf.<key>`` alone does not when the project configured its app
+    from Django's settings with a namespace (``config_from_object(..., namespace="CELERY")``):
+    Celery then looks ``CELERY_ACCEPT_CONTENT`` up first, in every source, the project's settings
+    included, before ``accept_content``. That name is set too."""
+    conf = app.conf
+    conf.finalize()  # the namespace is known once the project's configuration is read
+    conf[key] = value
+    if conf.prefix:
+        conf[match_case(conf.prefix + key, conf.prefix)] = value
 
 
 @worker_process_init.connect

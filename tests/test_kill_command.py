@@ -1,0 +1,143 @@
+"""The kill's remote-control command (``agents.worker.control.switchyard_kill``) takes from a
+broadcast only well-formed attempts — an operation id that is a UUID and a positive int — and an
+execution id that is a UUID, and signals only the process groups its own worker recorded: anyone
+who may publish to the broker may broadcast it, and a key once became a file name under the
+agent's state directory, whose content was then signalled."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from agents.worker import control, local
+
+AGENT = "killer"
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    """This test's var directory, and the agent's running directory in it."""
+    monkeypatch.setenv("SWITCHYARD_VAR_DIR", str(tmp_path / "var"))
+    monkeypatch.setenv(local.NAME_ENV, AGENT)
+    return local.running_dir()
+
+
+@pytest.fixture
+def processes():
+    """Start sleeping processes, each the leader of a process group of its own (as a pool process
+    is); all killed at the end."""
+    started = []
+
+    def start():
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+@pytest.fixture
+def reported(monkeypatch):
+    """What the kill reports gone (``reports.record_processes_gone``: the database's, not this test's)."""
+    gone, done = [], threading.Event()
+
+    def record(attempts):
+        gone.extend(attempts)
+        done.set()
+
+    monkeypatch.setattr(control.reports, "record_processes_gone", record)
+    return gone, done
+
+
+def still_running(process, for_seconds=0.5) -> bool:
+    deadline = time.monotonic() + for_seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+#: Attempts a broadcast may carry that are not an operation id and a positive attempt.
+MALFORMED = [
+    ["../../etc/passwd", 1],
+    ["../../../decoy", 1],  # the file the test puts there names a live process group
+    ["not-a-uuid", 1],  # a record of that name exists, and holds a live process group too
+    [str(uuid.UUID(int=1)), "1"], [str(uuid.UUID(int=1)), 1.0], [str(uuid.UUID(int=1)), True],
+    [str(uuid.UUID(int=1)), 0], [str(uuid.UUID(int=1)), -1], [str(uuid.UUID(int=1)), 2**31],
+    [str(uuid.UUID(int=1)) + "/../../decoy", 1], [str(uuid.UUID(int=1))], [str(uuid.UUID(int=1)), 1, 2],
+    str(uuid.UUID(int=1)), None, {"id": str(uuid.UUID(int=1)), "attempt": 1}, [None, 1], [["x"], 1], ["a" * 10**6, 1],
+]
+
+
+def test_malformed_keys_are_ignored_and_logged_and_nothing_outside_the_records_is_signalled(
+        state_dir, processes, reported, caplog):
+    victim = processes()
+    # What a key joined to the running directory would have reached: a file outside it, naming a
+    # live process group; and a record, in it, under a name that is no attempt.
+    (state_dir.parents[2] / "decoy.1").write_text(str(victim.pid))
+    (state_dir / "not-a-uuid.1").write_text(str(victim.pid))
+
+    with caplog.at_level(logging.WARNING, logger=control.__name__):
+        traversal = control.switchyard_kill(None, attempts=[["../../../decoy", 1], ["not-a-uuid", 1]], grace=0.1)
+    assert traversal["ok"]["signalled"] == [], "no key is read as a path, nor taken unless it is an attempt"
+    assert still_running(victim)
+    assert "ignored 2 malformed attempt(s) of 2" in caplog.records[-1].getMessage()
+    caplog.clear()
+
+    with caplog.at_level(logging.WARNING, logger=control.__name__):
+        answer = control.switchyard_kill(None, execution_id="../../../decoy", attempts=MALFORMED, dispatcher=True,
+                                         grace=0.1)
+        huge = control.switchyard_kill(None, execution_id=str(uuid.uuid4()), grace=0.1,
+                                       attempts=[["../../etc/passwd", 1]] * 200_000)
+        not_a_list = control.switchyard_kill(None, attempts="../../etc/passwd", grace=0.1)
+
+    assert answer["ok"]["signalled"] == huge["ok"]["signalled"] == not_a_list["ok"]["signalled"] == []
+    assert still_running(victim), "nothing signalled the process group the decoys name"
+    warnings = [record.getMessage() for record in caplog.records]
+    assert any(f"ignored {len(MALFORMED)} malformed attempt(s) of {len(MALFORMED)}" in w for w in warnings), warnings
+    assert any("ignored the dispatcher of a malformed execution id '../../../decoy'" in w for w in warnings), warnings
+    assert any("ignored 200000 malformed attempt(s) of 200000" in w for w in warnings), warnings
+    assert any("ignored attempts that are not a list" in w for w in warnings), warnings
+    assert len(warnings) == 4 and max(map(len, warnings)) < 500, "once per broadcast, and short"
+    assert reported[0] == []
+
+
+def test_good_keys_among_bad_ones_still_kill_their_recorded_process_groups(state_dir, processes, reported):
+    operation, execution = uuid.uuid4(), uuid.uuid4()
+    running, dispatcher, bystander = processes(), processes(), processes()
+    (state_dir / local.attempt_key(operation, 3)).write_text(str(running.pid))
+    (state_dir / local.dispatcher_key(execution)).write_text(str(dispatcher.pid))
+    bystander_key = (uuid.uuid4(), 1)  # another execution's
+    (state_dir / local.attempt_key(*bystander_key)).write_text(str(bystander.pid))
+
+    answer = control.switchyard_kill(None, execution_id=str(execution).upper(), dispatcher=True, grace=0.2,
+                                     attempts=[[str(operation), 3], *MALFORMED, [str(operation), 4]])
+
+    assert sorted(answer["ok"]["signalled"]) == sorted([local.attempt_key(operation, 3),
+                                                        local.dispatcher_key(execution)])
+    assert running.wait(timeout=10) == -signal.SIGTERM and dispatcher.wait(timeout=10) == -signal.SIGTERM
+    gone, done = reported
+    assert done.wait(timeout=10) and gone == [(str(operation), 3)]
+    assert still_running(bystander)
+    assert os.listdir(state_dir) == [local.attempt_key(*bystander_key)], "the killed ones' records are done with"
+
+
+@pytest.mark.parametrize("grace, expected", [
+    (0, 0.0), (0.5, 0.5), (30, 30.0), (86400, 86400.0),
+    (None, 7.0), (float("nan"), 7.0), (float("inf"), 7.0), (-1, 7.0), (86401, 7.0), (10**400, 7.0), ("5", 7.0),
+    (True, 7.0), ([1], 7.0),
+])
+def test_the_grace_is_a_finite_number_of_seconds_else_the_workers_own(grace, expected, settings):
+    settings.WORKFLOWS = {"KILL_GRACE_SECONDS": 7}
+    assert control.grace_seconds(grace) == expected
