@@ -1,11 +1,13 @@
 """The agents in Django admin (SPEC §13): online or offline, the age of the last heartbeat, the
 host, the operations running on each, and a link to the worker in Flower when FLOWER_URL is set.
-Agents register themselves when they start: nothing here adds or edits one."""
+Agents register themselves when they start: nothing here adds or edits one. Whoever may view
+executions sees them (``workflows_app.permissions``), as in the API."""
 
 from django.contrib import admin
 from django.utils.html import format_html
 
 from agents.models import Agent
+from workflows_app import permissions
 from workflows_app.admin import display
 
 
@@ -39,6 +41,13 @@ class AgentAdmin(admin.ModelAdmin):
     def flower(self, agent):
         url = display.flower_worker_url(f"{agent.name}@{agent.hostname}") if agent.hostname else None
         return format_html('<a href="{}" target="_blank" rel="noopener">worker</a>', url) if url else "—"
+
+    def has_module_permission(self, request):
+        # Django's asks for a permission of the agents app, which a viewer of executions lacks.
+        return permissions.allows(request.user, "view") or super().has_module_permission(request)
+
+    def has_view_permission(self, request, obj=None):
+        return permissions.allows(request.user, "view")
 
     def has_add_permission(self, request):
         return False

@@ -16,7 +16,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
@@ -25,6 +24,7 @@ from kombu import Exchange, Queue
 from rest_framework.test import APIClient
 
 from switchyard.celery import app
+from tests.api.conftest import OPERATOR, make_user
 from tests.integration.harness import ROOT, child_environment
 from workflows_app.errors import InvalidTransition
 from workflows_app.management import cli
@@ -38,7 +38,7 @@ API = "/api/v1"
 @pytest.fixture
 def api(db):
     client = APIClient()
-    client.force_authenticate(get_user_model().objects.create_user("ops"))
+    client.force_authenticate(make_user("ops", OPERATOR))
     return client
 
 

@@ -1,15 +1,17 @@
 """The public operations on executions, used by every entry point (API, admin, commands).
 
 Each returns the execution as it left it; a refused action raises ``ActionRefused`` (nothing
-changed) and an unknown id ``Execution.DoesNotExist``.
+changed) and an unknown id ``Execution.DoesNotExist``. Each takes the ``user`` it acts for and
+raises ``PermissionRefused`` (nothing changed) when that user may not (``workflows_app.permissions``);
+``user=None``, the default, is the server's own access (the commands, the engine).
 """
 
 
 from django.db import DatabaseError, transaction
 
-from workflows_app import dispatch, values
+from workflows_app import dispatch, permissions, values
 from workflows_app.engine import resuming, starts, steps, stopping, waits
-from workflows_app.errors import ActionRefused, ParameterError, ValueRefused
+from workflows_app.errors import ActionRefused, ParameterError
 from workflows_app.models import Event, Execution
 from workflows_app.states import (
     EXECUTION_TERMINAL,
@@ -24,22 +26,25 @@ from workflows_app.transitions import record_event
 
 
 def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None,
-          wait_after_fail=None, dry_run=False, created_by="", queue=False, force=False) -> Execution:
+          wait_after_fail=None, dry_run=False, created_by="", queue=False, force=False, user=None) -> Execution:
     """Create an execution (``pending``) and, once committed, send it to a manager.
 
     A ``deployment_id`` that has an active execution refuses a new one
     (``ExistingRunningExecution``) unless ``queue`` (it waits ``queued`` and starts when the
     deployment is free, in order) or ``force`` (it runs beside the other).
     Raises ``RegistrationError`` for an unknown workflow and ``ParameterError`` for
-    parameters that do not fit it.
+    parameters that do not fit it. ``created_by`` defaults to the user's name.
     """
+    permissions.check(user, "start", workflow_id, target=f"workflow {str(workflow_id)[:100]!r}")
+    if not created_by and user is not None:
+        created_by = user.get_username()
     execution, created = starts.build(workflow_id, parameters, deployment_id=deployment_id, failure_mode=failure_mode,
                                       timeout=timeout, wait_after_fail=wait_after_fail, dry_run=dry_run,
                                       created_by=created_by)
     return starts.create(execution, created, queue=queue, force=force)
 
 
-def send_event(execution_id, name, payload=None) -> Event:
+def send_event(execution_id, name, payload=None, *, user=None) -> Event:
     """Deliver the external event ``name`` to an execution (``POST .../events``, ``manage.py
     send_event``): stored as an ``event_received`` event with data ``{"name", "payload"}`` and,
     once committed, the execution is woken. The event is kept until a wait for ``name`` takes it
@@ -53,14 +58,12 @@ def send_event(execution_id, name, payload=None) -> Event:
         waits.check_name(name)
     except (TypeError, ValueError) as exc:
         raise ParameterError(str(exc)) from None
-    problem = values.string_problem(name)
-    if problem:
-        raise ValueRefused("name", problem)
     values.check(payload, "payload")
     with transaction.atomic():
         # No row lock: a dispatcher holds it while the workflow function runs; the advance sent
         # below runs after it and sees the event.
         execution = Execution.objects.only("id", "status", "workflow_id").get(pk=execution_id)
+        _check(user, "send_event", execution)
         if execution.status in EXECUTION_TERMINAL:
             raise ActionRefused("send an event to", execution.pk, ExecutionStatus(execution.status),
                                 sorted(set(ExecutionStatus) - EXECUTION_TERMINAL))
@@ -70,25 +73,25 @@ def send_event(execution_id, name, payload=None) -> Event:
     return event
 
 
-def cancel(execution_id) -> Execution:
+def cancel(execution_id, *, user=None) -> Execution:
     """Cancel: ``cancelling``; nothing new starts, operations not started are cancelled, running
     ones see ``ctx.is_cancelled()`` and are awaited; then ``cancelled``. A ``pending`` or
     ``queued`` execution ends ``cancelled`` at once."""
-    return _stop(execution_id, "cancel", ExecutionStatus.CANCELLING)
+    return _stop(execution_id, "cancel", ExecutionStatus.CANCELLING, user)
 
 
-def force_cancel(execution_id) -> Execution:
+def force_cancel(execution_id, *, user=None) -> Execution:
     """Force-cancel: ``cancelled`` at once; every operation not terminal is cancelled without
     waiting for it (its processes are not signalled; what it reports later is a stale report)."""
-    return _stop(execution_id, "force-cancel", ExecutionStatus.FORCE_CANCELLING)
+    return _stop(execution_id, "force-cancel", ExecutionStatus.FORCE_CANCELLING, user)
 
 
-def kill(execution_id) -> Execution:
+def kill(execution_id, *, user=None) -> Execution:
     """Kill: ``kill_cancelling``; the dispatcher and the process group of every running operation,
     on every agent, get SIGTERM, then SIGKILL after KILL_GRACE_SECONDS; operations end
     ``cancelled`` (error "killed"); then ``cancelled``. Allowed from any status: on a terminal
     execution it only stops the processes of leftover operations, and the status stays."""
-    execution = Execution.objects.get(pk=execution_id)
+    execution = _check(user, "kill", Execution.objects.get(pk=execution_id))
     if execution.status in EXECUTION_TERMINAL:
         steps.stop_attempts(execution.pk, stopping.leftover_attempts(execution), dispatcher=True)
         return execution
@@ -109,7 +112,7 @@ RESUMABLE = (ExecutionStatus.STARTED, ExecutionStatus.CANCELLED, ExecutionStatus
 FORCE_RESUMABLE = (ExecutionStatus.CANCELLED, ExecutionStatus.FAILED)
 
 
-def resume(execution_id) -> Execution:
+def resume(execution_id, *, user=None) -> Execution:
     """Resume: ``started`` with a new token. Operations ``rescheduled``, ``failed`` and
     ``cancelled`` go back to ``pending`` (retries counted from 0) and are sent when their
     dependencies have succeeded; ``sent`` and ``started`` ones are awaited, not sent again;
@@ -117,27 +120,21 @@ def resume(execution_id) -> Execution:
 
     Resuming a ``started`` execution (a stuck one) replaces its dispatcher: the old one holds
     the old token and can change nothing; one stuck in workflow code is stopped."""
-    return _resume(execution_id, "resume", RESUMABLE, OPERATION_RESUMABLE)
+    return _resume(execution_id, "resume", RESUMABLE, OPERATION_RESUMABLE, user)
 
 
-def force_resume(execution_id) -> Execution:
+def force_resume(execution_id, *, user=None) -> Execution:
     """Force-resume (``cancelled``/``failed`` only): as resume, and operations left ``sending``,
     ``sent`` or ``started`` are reset to ``pending`` too and sent again as a new attempt (the
     processes of their old attempts, if any still run, are stopped)."""
-    return _resume(execution_id, "force-resume", FORCE_RESUMABLE, OPERATION_FORCE_RESUMABLE)
+    return _resume(execution_id, "force-resume", FORCE_RESUMABLE, OPERATION_FORCE_RESUMABLE, user)
 
 
-#: The actions on an execution, by the name every entry point uses (SPEC §4, §8).
+#: The actions on an execution, by the name every entry point uses (SPEC §4, §8); each takes
+#: the execution's id and, as a keyword, the ``user`` it acts for.
 ACTIONS = {"cancel": cancel, "force-cancel": force_cancel, "kill": kill, "resume": resume, "force-resume": force_resume}
-#: Who may take the actions that do not wait for the workflow (SPEC §8, §13).
-FORCE_PERMISSION = "workflows_app.force_execution"
+#: The actions that do not wait for the workflow: the admin asks for a confirmation first.
 FORCE_ACTIONS = frozenset({"kill", "force-cancel", "force-resume"})
-
-
-def may_act(user, action) -> bool:
-    """Whether ``user`` may take ``action``: every signed-in user any action but the force ones,
-    which need FORCE_PERMISSION."""
-    return action not in FORCE_ACTIONS or user.has_perm(FORCE_PERMISSION)
 
 
 def actions_for(status) -> list[str]:
@@ -155,11 +152,18 @@ def actions_for(status) -> list[str]:
     return [action for action in ACTIONS if allowed[action]]
 
 
-def _resume(execution_id, action, allowed, reset_states) -> Execution:
-    _refuse_unless(Execution.objects.get(pk=execution_id), action, allowed)  # before any dispatcher is stopped
+def _resume(execution_id, action, allowed, reset_states, user) -> Execution:
+    # Both checks before any dispatcher is stopped.
+    _refuse_unless(_check(user, action, Execution.objects.get(pk=execution_id)), action, allowed)
     with transaction.atomic():
         execution = _refuse_unless(_locked_or_stop_dispatcher(execution_id), action, allowed)
         return resuming.resume(execution, action, reset_states)
+
+
+def _check(user, action, execution) -> Execution:
+    """The execution, once ``user`` may take ``action`` on it (else ``PermissionRefused``)."""
+    permissions.check(user, action, execution.workflow_id, target=f"execution {execution.pk}")
+    return execution
 
 
 def _refuse_unless(execution, action, allowed) -> Execution:
@@ -181,9 +185,9 @@ def _locked_or_stop_dispatcher(execution_id) -> Execution:
     return _locked(execution_id)
 
 
-def _stop(execution_id, action, target) -> Execution:
+def _stop(execution_id, action, target, user) -> Execution:
     with transaction.atomic():
-        execution = _locked(execution_id)
+        execution = _check(user, action, _locked(execution_id))
         status = ExecutionStatus(execution.status)
         if status not in EXECUTION_WAITING and target not in EXECUTION_TRANSITIONS[status]:
             allowed = sorted(EXECUTION_WAITING) + sorted(s for s, targets in EXECUTION_TRANSITIONS.items() if target in targets)

@@ -17,13 +17,21 @@ import jsonschema
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from workflows_app import dispatch
+from workflows_app import dispatch, registry
 from workflows_app.api.schema import SchemaGenerator
 
 API = "/api/v1"
 FORCE = "workflows_app.force_execution"
+#: The permissions of each kind of user (``workflows_app.permissions``), by codename.
+VIEWER = ("view_execution",)
+OPERATOR = ("view_execution", "add_execution", "change_execution")
+FORCER = OPERATOR + ("force_execution",)
+#: The queries a request of a user who is not a superuser makes for its permissions: Django's
+#: ModelBackend reads the user's own and its groups' once per request (per user object).
+PERMISSION_QUERIES = 2
 
 _schema = None
 
@@ -105,21 +113,51 @@ def assert_error(response, status, error_code):
     return body
 
 
+def make_user(username, codenames=(), **fields):
+    """A user holding these permissions (``app_label.codename`` or a codename of ``workflows_app``)."""
+    user = get_user_model().objects.create_user(username, **fields)
+    for name in codenames:
+        app_label, _, codename = name.rpartition(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label or "workflows_app",
+                                                         codename=codename))
+    return get_user_model().objects.get(pk=user.pk)  # a fresh object: permissions are cached
+
+
+#: A workflow registered with a permission of its own (``guarded``), and that permission.
+GUARDED = "guarded"
+GUARDED_PERMISSION = "auth.change_user"
+
+
+def register_guarded(monkeypatch):
+    """Register ``GUARDED`` with ``@workflow(permission=GUARDED_PERMISSION)`` for one test."""
+    monkeypatch.setitem(registry._workflows, GUARDED, None)  # the registration is undone after the test
+
+    @registry.workflow(name=GUARDED, permission=GUARDED_PERMISSION)
+    def guarded(ctx, n=1):
+        return n
+
+    return GUARDED
+
+
+@pytest.fixture
+def guarded(monkeypatch):
+    return register_guarded(monkeypatch)
+
+
 @pytest.fixture
 def user(db):
-    return get_user_model().objects.create_user("alice")
+    """An operator: may view, start, cancel, resume and send events, not force."""
+    return make_user("alice", OPERATOR)
 
 
 @pytest.fixture
 def force_user(db):
-    user = get_user_model().objects.create_user("root")
-    user.user_permissions.add(Permission.objects.get(codename="force_execution"))
-    return get_user_model().objects.get(pk=user.pk)  # a fresh object: permissions are cached
+    return make_user("root", FORCER)
 
 
 @pytest.fixture
 def api(user):
-    """Logged in as a user without the force permission."""
+    """Logged in as an operator (without the force permission)."""
     client = CheckedClient()
     client.force_authenticate(user)
     return client
@@ -127,7 +165,7 @@ def api(user):
 
 @pytest.fixture
 def force_api(force_user):
-    """Logged in as a user with ``workflows_app.force_execution``."""
+    """Logged in as an operator with ``workflows_app.force_execution``."""
     client = CheckedClient()
     client.force_authenticate(force_user)
     return client
@@ -136,6 +174,15 @@ def force_api(force_user):
 @pytest.fixture
 def anon(db):
     return CheckedClient()
+
+
+@pytest.fixture(autouse=True)
+def uncounted_requests():
+    """Each test starts with no request counted by the API's throttles (``workflows_app.api.
+    throttling``): their counts live in Django's cache, which outlives a test, and a user's id
+    comes again in a later test (SQLite reuses the ids a rollback freed). The rates stay the
+    production defaults, which no test's own requests reach."""
+    cache.clear()
 
 
 @pytest.fixture(autouse=True)

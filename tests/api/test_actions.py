@@ -75,7 +75,7 @@ def test_the_force_actions_need_the_force_permission(api, make_execution, action
 
 
 @pytest.mark.parametrize("action", ["cancel", "resume"])
-def test_cancel_and_resume_need_no_special_permission(api, make_execution, action):
+def test_cancel_and_resume_need_no_force_permission(api, make_execution, action):
     execution = make_execution(status=ExecutionStatus.STARTED)
     assert act(api, execution, {"action": action}).status_code == 200
 

@@ -151,7 +151,7 @@ def test_a_response_type_the_api_cannot_give_is_406(user):
 
 
 def test_a_bug_is_a_json_500_internal_error_and_is_logged(user, started, monkeypatch, caplog):
-    def broken(execution_id):
+    def broken(execution_id, user=None):
         raise RuntimeError("the bug")
 
     monkeypatch.setitem(services.ACTIONS, "cancel", broken)

@@ -122,12 +122,14 @@ def test_every_view_of_the_api_carries_its_own_configuration():
 
     from workflows_app.api import urls
     from workflows_app.api.base import SwitchyardView
+    from workflows_app.api.throttling import ReadRateThrottle, WriteRateThrottle
 
     views = {pattern.name: pattern.callback.cls for pattern in urls.urlpatterns}
     assert {"agents", "schema", "docs", "not-found"} <= set(views)
     for name, view in views.items():
         assert issubclass(view, SwitchyardView) and isinstance(view.schema, AutoSchema), name
-        assert view.throttle_classes == [] and view.versioning_class is None, name
+        # Switchyard's throttles (rates from WORKFLOWS), not the host's.
+        assert view.throttle_classes == [ReadRateThrottle, WriteRateThrottle] and view.versioning_class is None, name
 
 
 @pytest.mark.parametrize("method,path", [

@@ -10,7 +10,7 @@ fields shallowly (``StrictSerializer.get_fields``).
 import pytest
 from django.db import connection
 
-from tests.api.conftest import API
+from tests.api.conftest import API, PERMISSION_QUERIES
 from workflows_app.api.serializers import (
     NO_OPERATIONS,
     ExecutionDetailSerializer,
@@ -21,8 +21,8 @@ from workflows_app.models import Event
 from workflows_app.states import ExecutionStatus, OperationState
 
 #: The queries of one start without a deployment: PostgreSQL's one statement; elsewhere two INSERTs
-#: (here inside the test's transaction, so without BEGIN and COMMIT).
-START_QUERIES = 1 if connection.vendor == "postgresql" else 2
+#: (here inside the test's transaction, so without BEGIN and COMMIT); and the user's permissions.
+START_QUERIES = (1 if connection.vendor == "postgresql" else 2) + PERMISSION_QUERIES
 
 
 def test_a_start_runs_one_statement_on_postgresql_and_counts_no_operations(api, django_assert_num_queries):

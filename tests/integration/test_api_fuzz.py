@@ -10,14 +10,13 @@ no broker is needed and nothing runs.
 import pytest
 import schemathesis
 from schemathesis import checks
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 
 from switchyard.wsgi import application
+from tests.api.conftest import FORCER, make_user
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,8 +26,7 @@ EXAMPLES = 40
 
 @pytest.fixture
 def token(db):
-    user = get_user_model().objects.create_user("fuzzer", password="not-used")
-    user.user_permissions.add(Permission.objects.get(codename="force_execution"))
+    user = make_user("fuzzer", FORCER, password="not-used")
     return Token.objects.create(user=user).key
 
 

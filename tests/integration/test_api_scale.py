@@ -17,12 +17,12 @@ time.
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from bench import history
+from tests.api.conftest import VIEWER, make_user
 from workflows_app.models import Event, Execution, Operation, OperationDependency
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow]
@@ -51,7 +51,7 @@ def large_history(django_db_setup, django_db_blocker):
 
 @pytest.fixture
 def reader(db):
-    user = get_user_model().objects.create_user("reader", password="x")
+    user = make_user("reader", VIEWER, password="x")
     client = APIClient()
     client.force_authenticate(user)
     return client

@@ -16,6 +16,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from tests.api.conftest import VIEWER, make_user
 from tests.integration.harness import ROOT, assert_operation_events_consistent
 from workflows_app.models import Execution
 
@@ -50,7 +51,7 @@ def progress(stderr) -> list[dict]:
 
 def api_body(path, **query) -> str:
     client = APIClient()
-    client.force_authenticate(get_user_model().objects.get_or_create(username="ops")[0])
+    client.force_authenticate(get_user_model().objects.filter(username="ops").first() or make_user("ops", VIEWER))
     response = client.get(path, query)
     assert response.status_code == 200, response.content
     return response.content.decode()

@@ -15,10 +15,10 @@ an execution is being cancelled, and while clients start and cancel executions t
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework.test import APIClient
 
+from tests.api.conftest import OPERATOR, make_user
 from tests.integration.harness import describe_execution
 from workflows_app import dispatch, services
 from workflows_app.models import Event, Execution, Operation
@@ -37,7 +37,7 @@ def up(stack, concurrency=2):
 
 
 def api_client():
-    user = get_user_model().objects.create_user("ops")
+    user = make_user("ops", OPERATOR)
     client = APIClient()
     client.force_authenticate(user)  # no database needed to authenticate while it is down
     return client

@@ -1,9 +1,12 @@
 """The admin's read-only records: operations and the event log (SPEC §13: nothing here edits a
-state or the log, and nothing adds them by hand)."""
+state or the log, and nothing adds them by hand). They are part of their execution: whoever may
+view executions reads them, those of the executions it may view (``workflows_app.permissions``),
+whatever Django's own view_operation and view_event say."""
 
 from django.contrib import admin
 from django.utils.html import format_html
 
+from workflows_app import permissions
 from workflows_app.admin import display
 from workflows_app.models import Event, Operation
 
@@ -13,6 +16,12 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     class Media:
         css = {"all": ["workflows_app/admin.css"]}
+
+    def get_queryset(self, request):
+        return permissions.visible_records(request.user, super().get_queryset(request))
+
+    def has_view_permission(self, request, obj=None):
+        return permissions.allows(request.user, "view")
 
     def has_add_permission(self, request, obj=None):
         return False

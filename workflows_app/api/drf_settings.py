@@ -15,14 +15,19 @@ from rest_framework.settings import DEFAULTS, IMPORT_STRINGS, APISettings
 
 #: What the API's views use (import strings, resolved on first use, as in ``REST_FRAMEWORK``).
 SETTINGS = {
-    # DRF token or a session (a browser logged in at the admin); every endpoint needs a user.
+    # DRF token or a session (a browser logged in at the admin); every endpoint needs a user,
+    # every read the view permission (what a write needs, its service checks).
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # No throttling: the host's throttles (and their rates) are for the host's own API.
-    "DEFAULT_THROTTLE_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": ["workflows_app.api.permissions.ReadsNeedView"],
+    # Per user, reads and writes apart, at WORKFLOWS["API_THROTTLE_RATES"] (SPEC §16), never the
+    # host's throttles or rates, which are for the host's own API.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "workflows_app.api.throttling.ReadRateThrottle",
+        "workflows_app.api.throttling.WriteRateThrottle",
+    ],
     # Every error: {"error_code", "message"} (SPEC §8).
     "EXCEPTION_HANDLER": "workflows_app.api.errors.exception_handler",
     # Every list: ?limit=&offset= (SPEC §8), filtered by django-filter FilterSets.

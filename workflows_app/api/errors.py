@@ -10,7 +10,9 @@ views raise when they translate a service's error.
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from kombu.exceptions import OperationalError as BrokerError
 from rest_framework import exceptions, status
@@ -109,11 +111,15 @@ def exception_handler(exc, context):
 
     An exception that is not an API error (a bug) is logged with its traceback and answered
     500 ``internal_error`` in the same shape, so a client never has to parse an HTML page.
+    The headers DRF sets are kept: ``Retry-After`` of a 429 ``throttled``.
     """
     if isinstance(exc, ValueRefused):  # the one value check (workflows_app.values), from any service
         exc = PayloadTooLarge(str(exc)) if exc.too_large else InvalidParameters(str(exc))
     elif isinstance(exc, PermissionRefused):  # the one permission rule (workflows_app.permissions)
         exc = exceptions.PermissionDenied(str(exc))
+    elif isinstance(exc, RequestDataTooBig):  # Django's, when DRF reads a body over its limit
+        exc = PayloadTooLarge(f"the request body is larger than the server takes "
+                              f"({settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes: DATA_UPLOAD_MAX_MEMORY_SIZE)")
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

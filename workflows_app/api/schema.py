@@ -153,19 +153,27 @@ _ERRORS = {
     403: "`permission_denied`: a missing permission, or a session request without its CSRF token",
     404: "`not_found`: no such execution (an id that is not a UUID too)",
     409: "the execution's status refuses it",
+    413: "`payload_too_large`: the body is larger than the server takes (Django's "
+         "DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB by default), or a value in it is larger than "
+         "WORKFLOWS['MAX_PAYLOAD_BYTES']; nothing was stored",
     415: "`unsupported_media_type`: the body must be application/json",
+    429: "`throttled`: the user made more requests than WORKFLOWS['API_THROTTLE_RATES'] allows (reads and "
+         "writes apart); the header Retry-After says how many seconds to wait",
 }
+
+#: What every operation may answer: a user's requests are throttled everywhere (``workflows_app.api.throttling``).
+ALWAYS = (429,)
 
 
 def errors(*codes, **descriptions):
-    """``{status: error response}`` for ``extend_schema(responses=...)``; a keyword ``e400=...``
-    replaces the description of one status."""
+    """``{status: error response}`` for ``extend_schema(responses=...)``, with :data:`ALWAYS`; a
+    keyword ``e400=...`` replaces the description of one status."""
     return {code: OpenApiResponse(ErrorSerializer, description=descriptions.get(f"e{code}", _ERRORS[code]))
-            for code in codes}
+            for code in (*codes, *ALWAYS)}
 
 
-#: Every GET: a bad query (filter, pagination) and missing credentials.
-READ_ERRORS = (400, 401)
+#: Every GET: a bad query (filter, pagination), missing credentials, a user who may not view.
+READ_ERRORS = (400, 401, 403)
 
 EXECUTION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="the execution's id")
 

@@ -90,6 +90,24 @@ class ExecutionSerializer(APIModelSerializer):
         read_only_fields = fields
 
 
+#: What an execution's own page shows and a list leaves out (SPEC §16, "Volume"): each may be
+#: as large as ``WORKFLOWS["MAX_PAYLOAD_BYTES"]``, and a page of 100 would be 100 times that.
+LIST_OMITS = ("parameters", "payload")
+
+
+class ExecutionListItemSerializer(ExecutionSerializer):
+    """An execution as ``GET /executions`` lists it: without its parameters and payload, which
+    ``GET /executions/{id}`` shows."""
+
+    # None removes a field the base declares (DRF's serializers, like Django's forms).
+    parameters = None
+    payload = None
+
+    class Meta(ExecutionSerializer.Meta):
+        fields = tuple(name for name in ExecutionSerializer.Meta.fields if name not in LIST_OMITS)
+        read_only_fields = fields
+
+
 OperationsSummarySerializer = type("OperationsSummarySerializer", (serializers.Serializer,), {
     "__doc__": "How many operations of the execution are in each state; every state, zeros included.",
     **{state.value: serializers.IntegerField(read_only=True, min_value=0) for state in OperationState},

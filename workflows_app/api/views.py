@@ -5,6 +5,11 @@ agents app's (``agents.api``), registered in ``workflows_app.api.routes``.
 
 Lists run a constant number of queries however many rows they show: a count and a page, plus
 one for the operations' dependencies (prefetched) and one to check the execution exists.
+
+Who may do what (``workflows_app.permissions``): every read needs ``view``
+(``workflows_app.api.permissions``), and shows only what the user may view — an execution of a
+workflow whose own permission the user lacks is not found, nor listed, nor are its events; the
+writes pass the user to their service, which refuses (403) what it may not do.
 """
 
 import json
@@ -14,25 +19,26 @@ from django.db.models import Prefetch
 from django.urls import reverse
 from rest_framework import generics, status
 from rest_framework.exceptions import NotFound
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from workflows_app import errors as domain
-from workflows_app import queries, services
+from workflows_app import permissions, queries, services
 from workflows_app.api import errors
 from workflows_app.api.base import SwitchyardView
 from workflows_app.api.filters import EventFilter, ExecutionFilter
-from workflows_app.api.permissions import CanForceExecution
 from workflows_app.api.schema import EXECUTION_ID, EXECUTION_ORDERING_PARAMETER, READ_ERRORS, extend_schema
 from workflows_app.api.schema import errors as error_responses
 from workflows_app.api.serializers import (
     ACTIONS,
+    LIST_OMITS,
     NO_OPERATIONS,
     ActionSerializer,
     EventSerializer,
     ExternalEventSerializer,
     ExecutionDetailSerializer,
-    ExecutionSerializer,
+    ExecutionListItemSerializer,
     GraphSerializer,
     execution_detail,
     OperationSerializer,
@@ -47,16 +53,17 @@ assert set(services.ACTIONS) == set(ACTIONS)
 
 
 class WorkflowList(SwitchyardView, generics.ListAPIView):
-    """The registered workflows, by name."""
+    """The registered workflows the user may see (not those whose own permission it lacks), by name."""
 
     serializer_class = WorkflowSerializer
     filter_backends = ()
 
     def get_queryset(self):
+        hidden = set(permissions.hidden_workflows(self.request.user))
         return [
             {"name": name, "parameters": [{**p, "default": _json_safe(p["default"])} for p in definition.parameters()],
              "failure_mode": definition.failure_mode or workflows_settings.FAILURE_MODE, "timeout": definition.timeout}
-            for name, definition in sorted(workflows().items())
+            for name, definition in sorted(workflows().items()) if name not in hidden
         ]
 
     @extend_schema(operation_id="workflows_list", summary="List the registered workflows",
@@ -66,7 +73,9 @@ class WorkflowList(SwitchyardView, generics.ListAPIView):
 
 
 class ExecutionLookupMixin:
-    """The execution named by the URL's ``id``; 404 for an id that is not a UUID or no execution."""
+    """The execution named by the URL's ``id``; 404 for an id that is not a UUID or no execution the
+    user may find: for a read, one it may view; for a write, one not of a workflow hidden from it
+    (whether it may act, its service says, naming the permission it lacks)."""
 
     def get_execution(self, queryset=Execution.objects) -> Execution:
         raw = self.kwargs["id"]
@@ -74,6 +83,11 @@ class ExecutionLookupMixin:
             pk = uuid.UUID(raw)
         except ValueError:
             raise NotFound(f"no execution {raw[:100]!r}: not a UUID") from None
+        user = self.request.user
+        if self.request.method in SAFE_METHODS:
+            queryset = permissions.visible(user, queryset)
+        else:
+            queryset = queryset.exclude(workflow_id__in=permissions.hidden_workflows(user))
         try:
             return queryset.get(pk=pk)
         except Execution.DoesNotExist:
@@ -83,25 +97,31 @@ class ExecutionLookupMixin:
 class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
     """Executions, newest first; start one."""
 
-    queryset = Execution.objects.all()
-    serializer_class = ExecutionSerializer
+    queryset = Execution.objects.defer(*LIST_OMITS)  # not shown in a list: not read either
+    serializer_class = ExecutionListItemSerializer
     filterset_class = ExecutionFilter
 
+    def get_queryset(self):
+        return permissions.visible(self.request.user, super().get_queryset())
+
     def get_serializer_class(self):
-        return StartExecutionSerializer if self.request.method == "POST" else ExecutionSerializer
+        return StartExecutionSerializer if self.request.method == "POST" else ExecutionListItemSerializer
 
     @extend_schema(operation_id="executions_list", summary="List executions", parameters=[EXECUTION_ORDERING_PARAMETER],
-                   responses={200: ExecutionSerializer(many=True), **error_responses(*READ_ERRORS)})
+                   responses={200: ExecutionListItemSerializer(many=True), **error_responses(*READ_ERRORS)})
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
     @extend_schema(
         operation_id="executions_create", summary="Start an execution",
         description="Creates the execution (`pending`, or `queued` behind the deployment's active execution "
-                    "with `queue`) and sends it to a manager once committed.",
+                    "with `queue`) and sends it to a manager once committed. Needs the permission "
+                    "`workflows_app.add_execution`, and the workflow's own if it was registered with one.",
         request=StartExecutionSerializer,
         responses={201: ExecutionDetailSerializer, **error_responses(
-            400, 401, 403, 415,
+            400, 401, 403, 413, 415,
+            e403="`permission_denied`: the user may not start this workflow, or a session request without "
+                 "its CSRF token",
             e400="`parse_error`; `invalid_parameters` (wrong types, a missing workflow_id, missing or unknown "
                  "workflow parameters); `unknown_workflow`; `existing_running_execution` (the deployment has "
                  "an active execution: ask with queue or force)")},
@@ -114,10 +134,12 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
             execution = services.start(
                 data["workflow_id"], data.get("parameters"), deployment_id=data.get("deployment_id"),
                 failure_mode=data.get("failure_mode"), timeout=data.get("timeout"),
-                wait_after_fail=data.get("wait_after_fail"), dry_run=data["dry_run"],
-                created_by=request.user.get_username(), queue=data["queue"], force=data["force"])
+                wait_after_fail=data.get("wait_after_fail"), dry_run=data["dry_run"], queue=data["queue"],
+                force=data["force"], user=request.user)
         except domain.RegistrationError as exc:
             raise errors.UnknownWorkflow(str(exc)) from None
+        except domain.ValueRefused:
+            raise  # the exception handler's: 400, or 413 for a value too large
         except domain.ParameterError as exc:
             raise errors.InvalidParameters(str(exc)) from None
         except domain.ExistingRunningExecution as exc:
@@ -139,19 +161,23 @@ class ExecutionDetail(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIV
         return ActionSerializer if self.request.method == "POST" else ExecutionDetailSerializer
 
     @extend_schema(operation_id="executions_retrieve", summary="Get an execution", parameters=[EXECUTION_ID],
-                   responses={200: ExecutionDetailSerializer, **error_responses(401, 404)})
+                   responses={200: ExecutionDetailSerializer, **error_responses(401, 403, 404)})
     def get(self, request, *args, **kwargs):
         return Response(execution_detail(self.get_execution()))
 
     @extend_schema(
         operation_id="executions_act",
         summary="Act on an execution: cancel, force-cancel, kill, resume, force-resume",
-        description="kill, force-cancel and force-resume need the permission `workflows_app.force_execution`.",
+        description="cancel and resume need the permission `workflows_app.change_execution`; kill, force-cancel "
+                    "and force-resume `workflows_app.force_execution` as well; an execution of a workflow registered "
+                    "with a permission needs that one too (without it, the execution is not found).",
         parameters=[EXECUTION_ID],
         request=ActionSerializer,
         responses={200: ExecutionDetailSerializer, **error_responses(
-            400, 401, 403, 404, 409, 415,
+            400, 401, 403, 404, 409, 413, 415,
             e400="`parse_error`; `invalid_parameters` (a missing or non-string action); `unknown_action`",
+            e403="`permission_denied`: the user may not take this action, or a session request without its "
+                 "CSRF token",
             e409="`invalid_transition`: the execution's status does not allow the action; nothing changed")},
     )
     def post(self, request, *args, **kwargs):
@@ -161,10 +187,8 @@ class ExecutionDetail(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIV
         action = serializer.validated_data["action"]
         if action not in services.ACTIONS:
             raise errors.UnknownAction(f"unknown action {action[:100]!r}: one of {', '.join(ACTIONS)}")
-        if not services.may_act(request.user, action):
-            self.permission_denied(request, message=CanForceExecution.message)
         try:
-            services.ACTIONS[action](execution.pk)
+            services.ACTIONS[action](execution.pk, user=request.user)
         except Execution.DoesNotExist:
             raise NotFound(f"no execution {execution.pk}") from None
         except domain.TransitionRefused as exc:
@@ -177,6 +201,7 @@ class ExecutionOperations(SwitchyardView, ExecutionLookupMixin, generics.ListAPI
 
     serializer_class = OperationSerializer
     filter_backends = ()
+    page_bytes_fields = ("args", "kwargs", "result", "error")  # a page's bound in bytes (api.pagination)
     queryset = Operation.objects.none()  # for the schema; get_queryset is the execution's
 
     def get_queryset(self):
@@ -185,7 +210,7 @@ class ExecutionOperations(SwitchyardView, ExecutionLookupMixin, generics.ListAPI
 
     @extend_schema(operation_id="executions_operations_list", summary="List the operations of an execution",
                    parameters=[EXECUTION_ID],
-                   responses={200: OperationSerializer(many=True), **error_responses(400, 401, 404)})
+                   responses={200: OperationSerializer(many=True), **error_responses(400, 401, 403, 404)})
     def get(self, request, *args, **kwargs):
         self.execution = self.get_execution(Execution.objects.only("id"))
         return super().get(request, *args, **kwargs)
@@ -199,7 +224,7 @@ class ExecutionGraph(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIVi
     queryset = Execution.objects.all()
 
     @extend_schema(operation_id="executions_graph_retrieve", summary="Get the graph of an execution's operations",
-                   parameters=[EXECUTION_ID], responses={200: GraphSerializer, **error_responses(401, 404)})
+                   parameters=[EXECUTION_ID], responses={200: GraphSerializer, **error_responses(401, 403, 404)})
     def get(self, request, *args, **kwargs):
         execution = self.get_execution(Execution.objects.only("id"))
         return Response(GraphSerializer(queries.graph(execution.pk)).data)
@@ -214,12 +239,14 @@ class ExecutionEvents(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIV
 
     @extend_schema(
         operation_id="executions_events_create", summary="Deliver an external event to an execution",
-        description="Stores an `event_received` event with data `{\"name\", \"payload\"}` and wakes the execution.",
+        description="Stores an `event_received` event with data `{\"name\", \"payload\"}` and wakes the execution. "
+                    "Needs the permission `workflows_app.change_execution`.",
         parameters=[EXECUTION_ID],
         request=ExternalEventSerializer,
         responses={202: EventSerializer, **error_responses(
-            400, 401, 403, 404, 409, 415,
+            400, 401, 403, 404, 409, 413, 415,
             e400="`parse_error`; `invalid_parameters` (no string `name`, a payload that cannot be stored)",
+            e403="`permission_denied`: the user may not send events, or a session request without its CSRF token",
             e409="`execution_not_active`: the execution has ended")},
     )
     def post(self, request, *args, **kwargs):
@@ -228,7 +255,9 @@ class ExecutionEvents(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIV
         serializer.is_valid(raise_exception=True)
         name, payload = serializer.validated_data["name"], serializer.validated_data.get("payload")
         try:
-            event = services.send_event(execution.pk, name, payload)
+            event = services.send_event(execution.pk, name, payload, user=request.user)
+        except domain.ValueRefused:
+            raise  # the exception handler's: 400, or 413 for a value too large
         except domain.ParameterError as exc:
             raise errors.InvalidParameters(str(exc)) from None
         except domain.ActionRefused as exc:  # the service's check: the execution has ended
@@ -241,7 +270,11 @@ class EventList(SwitchyardView, generics.ListAPIView):
 
     queryset = Event.objects.order_by("id")
     serializer_class = EventSerializer
+    page_bytes_fields = ("message", "data")  # a page's bound in bytes (api.pagination)
     filterset_class = EventFilter
+
+    def get_queryset(self):
+        return permissions.visible_records(self.request.user, super().get_queryset())
 
     @extend_schema(operation_id="events_list", summary="List events, oldest first",
                    responses={200: EventSerializer(many=True), **error_responses(*READ_ERRORS)})

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from workflows_app.api.renderers import JSONRenderer
-from workflows_app.api.serializers import EventSerializer, ExecutionSerializer, execution_detail
+from workflows_app.api.serializers import EventSerializer, ExecutionListItemSerializer, execution_detail
 from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
 from workflows_app.models import Execution
 from workflows_app.queries import operations_summary
@@ -113,10 +113,10 @@ def print_execution(command, execution, as_json, line=id_and_status):
 
 
 def print_executions(command, executions):
-    """One JSON array of executions, each as the items of ``GET /executions`` — not the API's
-    page (``count/next/previous``): a command has no next page to link to, and ``--limit``
-    already bounds what it prints."""
-    command.stdout.write(render(ExecutionSerializer(executions, many=True).data))
+    """One JSON array of executions, each as the items of ``GET /executions`` (without parameters
+    and payload) — not the API's page (``count/next/previous``): a command has no next page to link
+    to, and ``--limit`` already bounds what it prints."""
+    command.stdout.write(render(ExecutionListItemSerializer(executions, many=True).data))
 
 
 def event_json(event) -> str:
