@@ -77,6 +77,8 @@ def main(argv=None):
     from bench import children, history, imperative, scaleout, stop, suspended, throughput
     from bench import workflows as bench_workflows
     from tests.integration.harness import Stack, ensure_broker
+    from workflows_app import retention
+    from workflows_app.models import Execution
 
     call_command("migrate", verbosity=0)
     ensure_broker()
@@ -114,7 +116,7 @@ def main(argv=None):
             # database (an advance each), and those the other cases ended would be the next run's
             # history (tens of thousands of operations a run).
             names = _workflows_of(bench_workflows.__name__)
-            removed = history.delete_executions(f"workflow_id IN ({', '.join(['%s'] * len(names))})", names)
+            removed = retention.discard(Execution.objects.filter(workflow_id__in=names)).executions
             print(f"removed the {removed} executions the benchmark ran", file=sys.stderr)
 
     header = (f"{datetime.now(timezone.utc):%Y-%m-%d}, {platform.machine()} {os.cpu_count()} cores, "

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 
 from bench.throughput import DEFAULT_SIZES, _switchyard
+from workflows_app import retention
 from workflows_app.models import Event, Execution, Operation, OperationDependency, Wait
 
 EXECUTIONS = 100_000
@@ -235,26 +236,9 @@ def _skip_foreign_key_checks(cursor):
 
 
 def remove_seed():
-    """Delete what :func:`seed` wrote."""
-    delete_executions("workflow_id = ANY(%s) AND created_by = %s", [list(SEED_WORKFLOWS), SEED_CREATED_BY])
+    """Delete what :func:`seed` wrote (``retention.discard``: the one way executions are deleted)."""
+    retention.discard(Execution.objects.filter(workflow_id__in=SEED_WORKFLOWS, created_by=SEED_CREATED_BY))
     analyze()
-
-
-def delete_executions(where, params) -> int:
-    """Delete the executions ``where`` (SQL on the execution table, with ``params``) and every row
-    of theirs, in one transaction (the database's own foreign keys do not cascade: children
-    first); returns how many executions. Left to the benchmark's data: nothing runs them."""
-    t = _tables()
-    chosen = f"SELECT id FROM {t['Execution']} WHERE {where}"
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            _skip_foreign_key_checks(cursor)
-        cursor.execute(f"DELETE FROM {t['OperationDependency']} WHERE operation_id IN "
-                       f"(SELECT id FROM {t['Operation']} WHERE execution_id IN ({chosen}))", params)
-        for table in ("Wait", "Event", "Operation"):
-            cursor.execute(f"DELETE FROM {t[table]} WHERE execution_id IN ({chosen})", params)
-        cursor.execute(f"DELETE FROM {t['Execution']} WHERE {where}", params)
-        return cursor.rowcount
 
 
 def analyze():

@@ -46,10 +46,11 @@ def messages_of(response):
 
 @pytest.fixture
 def operator(client):
-    """A staff user who may see and add executions, not force them."""
+    """A staff user who may see, start, cancel and resume executions, not force them (the
+    operations, events and agents are read with view_execution)."""
     user = get_user_model().objects.create_user("operator", password="pw", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(
-        codename__in=["view_execution", "add_execution", "view_operation", "view_event", "view_agent"]))
+        content_type__app_label="workflows_app", codename__in=["view_execution", "add_execution", "change_execution"]))
     client.force_login(user)
     return client
 
@@ -260,7 +261,8 @@ def test_an_action_that_lost_a_race_is_refused_with_a_message(operator, running)
 
 def test_force_actions_need_the_permission(operator, running):
     response = operator.post(act_url(running), {"action": "kill", "confirmed": "yes"}, follow=True)
-    assert messages_of(response) == ["kill needs the permission workflows_app.force_execution"]
+    assert messages_of(response) == [f"kill refused: operator may not kill execution {running.pk}: it needs the "
+                                     "permission workflows_app.force_execution"]
     running.refresh_from_db()
     assert running.status == ExecutionStatus.STARTED
 

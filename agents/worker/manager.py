@@ -16,21 +16,24 @@ When it starts, before it takes messages:
 Its tick (:class:`Tick`) is the engine's (``engine.timers.tick``) plus the agents' liveness:
 an agent silent for ``AGENT_OFFLINE_AFTER_SECONDS`` lost its started operations. After a
 database outage it saw, the tick does what a starting manager does (2 and 3), once the agents
-have had time to heart-beat again.
+have had time to heart-beat again. With ``WORKFLOWS["RETENTION_DAYS"]`` set, it also starts the
+daily purge of old ended executions (:class:`DailyPurge`).
 """
 
 import logging
 import signal
+import threading
 import time
 from datetime import timedelta
 
 import psutil
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from agents.models import Agent
 from agents.worker import local
-from workflows_app import dispatch, outages
+from agents.worker.forks import no_fork_meanwhile
+from workflows_app import dispatch, outages, retention
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import recovery, reports, timers
 from workflows_app.models import Operation
@@ -42,6 +45,12 @@ logger = logging.getLogger(__name__)
 REPLY_SECONDS = 2.0
 #: Seconds between two ticks.
 TICK_SECONDS = 0.5
+#: The first purge of RETENTION_DAYS comes this long after the manager's first tick — not while
+#: it carries every active execution on after a start —, then one every PURGE_EVERY; one that
+#: failed (the database was down) is tried again after PURGE_RETRY.
+PURGE_FIRST_AFTER = timedelta(minutes=5)
+PURGE_EVERY = timedelta(days=1)
+PURGE_RETRY = timedelta(hours=1)
 
 
 def on_start():
@@ -90,6 +99,7 @@ class Tick:
         self.database_back_at = None
         self.carried_on = True
         self._database_was_down = False
+        self.purge = DailyPurge()
 
     def __call__(self, now=None):
         if self._database_was_down:
@@ -106,12 +116,56 @@ class Tick:
 
     def _pass(self, now):
         timers.tick(now)
+        self.purge(now)
         since_back = None if self.database_back_at is None else time.monotonic() - self.database_back_at
         if not self.carried_on and since_back >= 2 * workflows_settings.AGENT_HEARTBEAT_SECONDS:
             self.carried_on = True
             carry_on()
         if since_back is None or since_back >= workflows_settings.AGENT_OFFLINE_AFTER_SECONDS:
             fail_operations_of_offline_agents(now)
+
+
+class DailyPurge:
+    """``WORKFLOWS["RETENTION_DAYS"]``: once a day, delete the executions that ended more than that
+    many days ago (``retention.purge``), in a thread of its own — a purge of a large history takes
+    minutes, which the tick, due every half second, cannot wait for. Each batch is one short
+    transaction, taken inside ``no_fork_meanwhile`` (a pool process forked in the middle of a
+    SQLite write could never write); the pool forks freely between batches.
+
+    Every manager purges once a day, counted from its own start: purges that meet share the work
+    (retention's batches skip the executions another purge holds) and each counts only the rows
+    it deleted itself, so nothing fails or is counted twice."""
+
+    def __init__(self):
+        self.due_at = None
+        self.thread = None
+
+    def __call__(self, now):
+        """Start the purge if it is due and none is running; returns its thread, if started."""
+        days = workflows_settings.RETENTION_DAYS
+        if days is None or (self.thread is not None and self.thread.is_alive()):
+            return None
+        if self.due_at is None:
+            self.due_at = now + PURGE_FIRST_AFTER
+        if now < self.due_at:
+            return None
+        self.due_at = now + PURGE_EVERY
+        self.thread = threading.Thread(target=self.run, args=(days, now), name="retention", daemon=True)
+        self.thread.start()
+        return self.thread
+
+    def run(self, days, now):
+        try:
+            counts = retention.purge(days, now=now, guard=no_fork_meanwhile)
+        except Exception:
+            self.due_at = now + PURGE_RETRY
+            logger.exception("the purge of executions ended over %s days ago failed; tried again in %s", days, PURGE_RETRY)
+        else:
+            logger.info("purged the executions ended over %s days ago: %d executions, %d operations, %d events "
+                        "deleted; %d left with a tree still active", days, counts.executions, counts.operations,
+                        counts.events, counts.kept)
+        finally:
+            connections.close_all()  # this thread's own connection (Django's are per thread)
 
 
 def ask_workers(timeout=REPLY_SECONDS) -> dict:

@@ -3,9 +3,13 @@ steer it — its summary, a picture of its graph, its operations, its latest eve
 actions — and a form that starts one.
 
 Nothing here changes a status or a state by itself: the actions and the start call the same
-services as the API, and every refusal (``TransitionRefused``, an execution gone, a broker that
-does not answer) becomes a message on the page. Each page runs a constant number of queries,
-however many operations the execution has.
+services as the API, and every refusal (``TransitionRefused``, ``PermissionRefused``, an execution
+gone, a broker that does not answer) becomes a message on the page. Each page runs a constant
+number of queries, however many operations the execution has.
+
+Who may see and do what is ``workflows_app.permissions``' rule: the list and the pages show the
+executions the user may view; the buttons, the list's actions and the start form offer only what
+it may do, and the services refuse the rest.
 """
 
 from django.contrib import admin, messages
@@ -18,13 +22,19 @@ from django.http import HttpResponseNotAllowed, HttpResponseRedirect, JsonRespon
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from kombu.exceptions import OperationalError as BrokerError
 
-from workflows_app import queries, services
+from workflows_app import permissions, queries, retention, services
 from workflows_app.admin import display
 from workflows_app.admin.forms import StartExecutionForm
-from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
+from workflows_app.errors import (
+    ExistingRunningExecution,
+    ParameterError,
+    PermissionRefused,
+    RegistrationError,
+    TransitionRefused,
+)
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import workflows
 from workflows_app.states import OperationState
@@ -39,6 +49,8 @@ CHANGE_URL_ID = "00000000-0000-0000-0000-000000000000"
 CHILDREN_SHOWN = 50
 #: Seconds between two refreshes of the graph while the execution is active.
 REFRESH_SECONDS = 2
+#: The executions a delete's confirmation page names; the rest are counted.
+DELETE_LISTED = 100
 
 ACTION_LABELS = {"cancel": "Cancel", "force-cancel": "Force-cancel", "kill": "Kill", "resume": "Resume",
                  "force-resume": "Force-resume"}
@@ -56,9 +68,11 @@ def take_action(modeladmin, request, action, execution_ids):
     the admin turns a refusal into a message."""
     for pk in execution_ids:
         try:
-            execution = services.ACTIONS[action](pk)
+            execution = services.ACTIONS[action](pk, user=request.user)
         except Execution.DoesNotExist:
             modeladmin.message_user(request, f"{action}: execution {pk} no longer exists", messages.WARNING)
+        except PermissionRefused as refused:
+            modeladmin.message_user(request, f"{action} refused: {refused}", messages.ERROR)
         except TransitionRefused as refused:
             modeladmin.message_user(request, f"{action} refused: {refused}", messages.WARNING)
         except BrokerError as exc:
@@ -81,19 +95,43 @@ def _bulk_action(action):
         take_action(modeladmin, request, action, ids)
         return None
 
-    run.__name__ = f"{action.replace('-', '_')}_selected"
-    permissions = ["force"] if action in services.FORCE_ACTIONS else None
-    return admin.action(description=f"{ACTION_LABELS[action]} the selected executions", permissions=permissions)(run)
+    run.__name__ = f"{_identifier(action)}_selected"
+    return admin.action(description=f"{ACTION_LABELS[action]} the selected executions",
+                        permissions=[_identifier(action)])(run)
+
+
+def _identifier(action):
+    return action.replace("-", "_")
+
+
+def _may(action):
+    """``ExecutionAdmin.has_<action>_permission``: whether the user may take ``action`` (on the
+    executions of workflows without a permission of their own; the service checks each one)."""
+
+    def has_permission(self, request):
+        return permissions.allows(request.user, action)
+
+    has_permission.__name__ = f"has_{_identifier(action)}_permission"
+    return has_permission
 
 
 @admin.action(description="Delete the selected executions that have ended", permissions=["delete"])
 def delete_ended(modeladmin, request, queryset):
-    """Django's delete (with its confirmation page) of the ended ones; an active execution is never deleted."""
+    """Django's delete, with its confirmation page, of the ended ones with no active ancestor or
+    descendant (``retention.deletable``); ExecutionAdmin counts and deletes them through
+    ``retention`` (``get_deleted_objects``, ``delete_queryset``). An active execution is never deleted."""
     active = queryset.active().count()
     if active:
         modeladmin.message_user(request, f"{active} active execution(s) left alone: an execution is deleted only "
                                 "once it has ended", messages.WARNING)
-    return delete_selected(modeladmin, request, queryset.terminal())
+    ended = queryset.terminal()
+    ids = retention.deletable(ended)
+    tied = ended.count() - len(ids)
+    if tied:
+        modeladmin.message_user(request, f"{tied} ended execution(s) left alone: an active execution is above or "
+                                "below them (a child goes with its parent, and never while that parent runs)",
+                                messages.WARNING)
+    return delete_selected(modeladmin, request, queryset.filter(pk__in=ids))
 
 
 class WorkflowFilter(admin.SimpleListFilter):
@@ -103,7 +141,8 @@ class WorkflowFilter(admin.SimpleListFilter):
     parameter_name = "workflow_id"
 
     def lookups(self, request, model_admin):
-        return [(name, name) for name in sorted(workflows())]
+        hidden = set(permissions.hidden_workflows(request.user))
+        return [(name, name) for name in sorted(workflows()) if name not in hidden]
 
     def queryset(self, request, queryset):
         return queryset.filter(workflow_id=self.value()) if self.value() else queryset
@@ -166,16 +205,55 @@ class ExecutionAdmin(admin.ModelAdmin):
 
     # --- permissions: read-only records, deleted only once ended -------------------------------
 
+    def get_queryset(self, request):
+        return permissions.visible(request.user, super().get_queryset(request))
+
+    def has_view_permission(self, request, obj=None):
+        return permissions.allows(request.user, "view", obj.workflow_id if obj is not None else None)
+
+    def has_add_permission(self, request):
+        return permissions.allows(request.user, "start")
+
     def has_change_permission(self, request, obj=None):
         return False  # statuses change through the actions; the rest of a row is history
 
     def has_delete_permission(self, request, obj=None):
-        if obj is not None and not obj.is_terminal:
-            return False
-        return super().has_delete_permission(request, obj)
+        if obj is not None and not (obj.is_terminal and obj.pk in retention.deletable([obj.pk])):
+            return False  # active, or an active execution above or below it
+        return permissions.allows(request.user, "delete", obj.workflow_id if obj is not None else None)
 
-    def has_force_permission(self, request):
-        return services.may_act(request.user, "kill")
+    # Deleting goes through ``retention`` (SPEC §16), with Django's confirmation pages: their own
+    # listing of what goes would load every operation and event of each execution to name it
+    # (a million rows for a long history), and refuse since nobody may delete those by hand.
+    # They go with their execution: counted on the page, deleted in batches.
+
+    def get_deleted_objects(self, objs, request):
+        executions = list(objs)
+        counts = retention.delete_executions([execution.pk for execution in executions], dry_run=True)
+        listed = [format_html('{}: <a href="{}">{}</a>', self.opts.verbose_name.capitalize(),
+                              reverse("admin:workflows_app_execution_change", args=[execution.pk]), execution)
+                  for execution in executions[:DELETE_LISTED]]
+        if len(executions) > DELETE_LISTED:
+            listed.append(f"… and {len(executions) - DELETE_LISTED} more")
+        summary = {"executions (with their children)": counts.executions, "operations": counts.operations,
+                   "events": counts.events}
+        return listed, summary, set(), []
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, Execution.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset):
+        counts = retention.delete_executions(queryset)
+        if counts.kept:
+            self.message_user(request, f"{counts.kept} execution(s) left alone: one above or below became active, "
+                              "or was being changed meanwhile", messages.WARNING)
+
+    # The list's actions (``_bulk_action``): one method per action, as Django's actions ask.
+    has_cancel_permission = _may("cancel")
+    has_force_cancel_permission = _may("force-cancel")
+    has_kill_permission = _may("kill")
+    has_resume_permission = _may("resume")
+    has_force_resume_permission = _may("force-resume")
 
     # --- the pages ------------------------------------------------------------------------------
 
@@ -189,6 +267,8 @@ class ExecutionAdmin(admin.ModelAdmin):
 
     def _execution_or_redirect(self, request, object_id):
         """The execution the URL names and the user may see; (None, a redirect saying why) if not."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         execution = self.get_object(request, object_id)
         if execution is None:
             self.message_user(request, f"no execution {object_id!r}", messages.WARNING)
@@ -217,7 +297,7 @@ class ExecutionAdmin(admin.ModelAdmin):
         paginator.count = summary[state] if state else total  # known already: no COUNT query
         page = paginator.get_page(request.GET.get("page"))
         events = list(Event.objects.filter(execution_id=execution.pk).order_by("-id")[:LATEST_EVENTS])
-        children = list(Execution.objects.filter(parent_id=execution.pk).order_by("created_at")
+        children = list(self.get_queryset(request).filter(parent_id=execution.pk).order_by("created_at")
                         .only("id", "workflow_id", "status", "parent_step")[:CHILDREN_SHOWN + 1])
         context = {
             **self.admin_site.each_context(request),
@@ -252,7 +332,8 @@ class ExecutionAdmin(admin.ModelAdmin):
             "actions_offered": [
                 {"name": action, "label": ACTION_LABELS[action], "help": ACTION_HELP[action],
                  "confirm": action in services.FORCE_ACTIONS}
-                for action in services.actions_for(execution.status) if services.may_act(request.user, action)],
+                for action in services.actions_for(execution.status)
+                if permissions.allows(request.user, action, execution.workflow_id)],
             "can_delete": self.has_delete_permission(request, execution),
             "flower": display.flower_url(""),
             **(extra_context or {}),
@@ -292,11 +373,10 @@ class ExecutionAdmin(admin.ModelAdmin):
         action = request.POST.get("action")
         if action not in services.ACTIONS:
             self.message_user(request, f"unknown action {str(action)[:50]!r}", messages.ERROR)
-        elif not services.may_act(request.user, action):
-            self.message_user(request, f"{action} needs the permission {services.FORCE_PERMISSION}", messages.ERROR)
-        elif action in services.FORCE_ACTIONS and request.POST.get("confirmed") != "yes":
+        elif (action in services.FORCE_ACTIONS and request.POST.get("confirmed") != "yes"
+              and permissions.allows(request.user, action, execution.workflow_id)):
             return self.confirm_page(request, action, [execution.pk])
-        else:
+        else:  # the service refuses what the user may not do, and take_action says so
             take_action(self, request, action, [execution.pk])
         return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[execution.pk]))
 
@@ -321,12 +401,14 @@ class ExecutionAdmin(admin.ModelAdmin):
         """"Start execution": the form, then ``services.start`` — the API's checks and refusals."""
         if not self.has_add_permission(request):
             raise PermissionDenied
+        startable = {name: definition for name, definition in sorted(workflows().items())
+                     if permissions.allows(request.user, "start", name)}
         form = StartExecutionForm(request.POST or None)
+        form.fields["workflow"].choices = [(name, name) for name in startable]
         if request.method == "POST" and form.is_valid():
             try:
-                execution = services.start(form.cleaned_data["workflow"], created_by=request.user.get_username(),
-                                           **form.start_arguments())
-            except RegistrationError as exc:
+                execution = services.start(form.cleaned_data["workflow"], user=request.user, **form.start_arguments())
+            except (RegistrationError, PermissionRefused) as exc:
                 form.add_error("workflow", str(exc))
             except ParameterError as exc:
                 form.add_error("parameters", str(exc))
@@ -342,7 +424,7 @@ class ExecutionAdmin(admin.ModelAdmin):
                 return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[execution.pk]))
         registered = [{"name": name, "parameters": definition.parameters(),
                        "failure_mode": definition.failure_mode or "", "timeout": definition.timeout}
-                      for name, definition in sorted(workflows().items())]
+                      for name, definition in startable.items()]
         return TemplateResponse(request, "admin/workflows_app/execution/start.html", {
             **self.admin_site.each_context(request),
             "opts": self.opts,
