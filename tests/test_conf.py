@@ -23,6 +23,9 @@ SPEC_DEFAULTS = {
     "DATABASE_OUTAGE_TOLERANCE": 120,
     # Issue 19's: how many live runs of workflow functions a dispatcher process keeps.
     "WORKFLOW_CACHE_SIZE": 100,
+    # What gets in (SPEC §16).
+    "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024, "API_THROTTLE_RATES": {"read": "1200/minute", "write": "240/minute"},
+    "RETENTION_DAYS": None,
 }
 
 
@@ -68,6 +71,24 @@ def test_a_value_that_cannot_work_is_a_system_check_error():
         assert sorted(e.id for e in checks.run_checks()) == ["workflows.E002", "workflows.E002"]
         with pytest.raises(ConfigurationError):
             workflows_settings.FAILURE_MODE
+
+
+@pytest.mark.parametrize("key, value", [
+    ("MAX_PAYLOAD_BYTES", 10), ("MAX_PAYLOAD_BYTES", "2MB"), ("MAX_PAYLOAD_BYTES", True),
+    ("RETENTION_DAYS", 0), ("RETENTION_DAYS", "30"),
+    ("API_THROTTLE_RATES", {"reads": "10/minute"}), ("API_THROTTLE_RATES", {"read": "fast"}),
+    ("API_THROTTLE_RATES", {"write": "0/second"}), ("API_THROTTLE_RATES", "100/minute"),
+])
+def test_limits_that_cannot_work_are_system_check_errors(key, value):
+    with override_settings(WORKFLOWS={key: value}):
+        errors = checks.run_checks()
+        assert [e.id for e in errors] == ["workflows.E002"] and key in errors[0].msg
+
+
+def test_a_partial_throttle_override_keeps_the_other_rate_and_none_means_no_limit():
+    with override_settings(WORKFLOWS={"API_THROTTLE_RATES": {"write": None}, "RETENTION_DAYS": 30}):
+        assert checks.run_checks() == []
+        assert workflows_settings.API_THROTTLE_RATES == {"read": "1200/minute", "write": None}
 
 
 def test_flower_url_must_be_an_http_url():

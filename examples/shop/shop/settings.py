@@ -11,6 +11,8 @@ What Switchyard asks of a project is marked "Switchyard:"; everything else is th
 
 import json
 import os
+import secrets
+import time
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -19,8 +21,28 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 SHOP_DATA_DIR = Path(os.environ.get("SHOP_DATA_DIR") or BASE_DIR / "var").resolve()
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "shop-example-insecure-key-change-me"
-DEBUG = os.environ.get("DJANGO_DEBUG", "true").lower() in ("1", "true", "yes", "on")
+
+
+def _local_secret_key() -> str:
+    """No key in the code: without DJANGO_SECRET_KEY, one made once in the data directory,
+    readable by its owner only, and shared by every process of the shop on this host."""
+    path = SHOP_DATA_DIR / "secret_key"
+    SHOP_DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+            file.write(secrets.token_urlsafe(50))
+    except FileExistsError:  # made before, or by another process starting now
+        pass
+    for _ in range(50):  # another process may be writing it
+        key = path.read_text().strip()
+        if key:
+            return key
+        time.sleep(0.02)
+    raise ImproperlyConfigured(f"{path} is empty: delete it, or set DJANGO_SECRET_KEY")
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or _local_secret_key()
+DEBUG = os.environ.get("DJANGO_DEBUG", "false").lower() in ("1", "true", "yes", "on")
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",") if h.strip()]
 
 INSTALLED_APPS = [
