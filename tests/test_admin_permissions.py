@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from agents.models import Agent
 from tests.api.conftest import FORCER, GUARDED, GUARDED_PERMISSION, OPERATOR, VIEWER, make_user, register_guarded
+from tests.test_admin import LIST, START, act_url, graph_url, messages_of, page_url
 from workflows_app.models import Event, Execution
 from workflows_app.states import ExecutionStatus, OperationState
 
@@ -20,8 +21,6 @@ pytestmark = pytest.mark.django_db
 
 KINDS = ["nobody", "viewer", "operator", "forcer", "superuser"]
 PERMISSIONS = {"nobody": (), "viewer": VIEWER, "operator": OPERATOR, "forcer": FORCER}
-LIST = reverse("admin:workflows_app_execution_changelist")
-START = reverse("admin:workflows_app_execution_add")
 #: On a started execution and on a failed one: the buttons (and the list's actions) each kind is offered.
 BUTTONS = {
     "nobody": ([], []),
@@ -53,20 +52,6 @@ def login(client):
     return log_in
 
 
-def page_url(execution):
-    return reverse("admin:workflows_app_execution_change", args=[execution.pk])
-
-
-def act_url(execution):
-    return reverse("admin:workflows_app_execution_act", args=[execution.pk])
-
-
-def graph_url(execution):
-    return reverse("admin:workflows_app_execution_graph", args=[execution.pk])
-
-
-def messages_of(response):
-    return [str(message) for message in response.context["messages"]] if response.context else []
 
 
 def buttons(page):

@@ -92,23 +92,18 @@ def hidden_workflows(user) -> list[str]:
                   if definition.permission and not user.has_perm(definition.permission))
 
 
-def visible(user, executions):
-    """The executions of the queryset ``executions`` that ``user`` may view (none without
-    ``view_execution``)."""
+def visible(user, queryset, *, workflow="workflow_id"):
+    """What of ``queryset`` ``user`` may view (none without ``view_execution``): executions, or
+    with ``workflow="execution__workflow_id"`` their operations or events (a join on the
+    execution, not a subquery over every execution)."""
     if user is None:
-        return executions
+        return queryset
     if not allows(user, "view"):
-        return executions.none()
+        return queryset.none()
     hidden = hidden_workflows(user)
-    return executions.exclude(workflow_id__in=hidden) if hidden else executions
+    return queryset.exclude(**{f"{workflow}__in": hidden}) if hidden else queryset
 
 
 def visible_records(user, records):
-    """The operations or events (a queryset of a model with an ``execution``) of the executions
-    ``user`` may view: as ``visible``, without a subquery over every execution."""
-    if user is None:
-        return records
-    if not allows(user, "view"):
-        return records.none()
-    hidden = hidden_workflows(user)
-    return records.exclude(execution__workflow_id__in=hidden) if hidden else records
+    """The operations or events of the executions ``user`` may view."""
+    return visible(user, records, workflow="execution__workflow_id")

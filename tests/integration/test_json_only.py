@@ -13,10 +13,10 @@ import re
 import uuid
 
 import kombu
-import psutil
 import pytest
 from celery import current_app
 
+from tests.integration.test_engine import gone
 from workflows_app import dispatch, services
 from workflows_app.models import Operation
 
@@ -61,13 +61,6 @@ def host_environment(tmp_path) -> dict:
         # as root says this. (Switchyard's workers accept JSON only, so they start either way.)
         "C_FORCE_ROOT": "1",
     }
-
-
-def gone(pid) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 @pytest.mark.django_db(transaction=True)
