@@ -346,7 +346,8 @@ def test_shop_runs_switchyard_from_its_wheel(tmp_path):
 
             stack.manage("manager", "run_manager", "--loglevel", "INFO")
             stack.manage("agent", "run_agent", warehouse, "--concurrency", "2", "--loglevel", "INFO")
-            stack.manage("web", "runserver", "--noreload", f"127.0.0.1:{port}")
+            # DEBUG is off, as it is by default: --insecure serves the static files the wheel ships.
+            stack.manage("web", "runserver", "--noreload", "--insecure", f"127.0.0.1:{port}")
             stack.wait_for(lambda: api.answers("/health"), 60, "the shop's web server")
 
             def agent_online():
