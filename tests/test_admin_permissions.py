@@ -1,4 +1,4 @@
-"""Who may do what in the admin (SPEC §13, §16), for each kind of staff user — without a
+"""Who may do what in the admin, for each kind of staff user — without a
 permission, a viewer (view_execution), an operator (view, add, change), a forcer (an operator
 with force_execution) and a superuser: the pages they may read, the buttons and list actions
 they are offered, what a forged POST of an action they may not take does (a message, nothing

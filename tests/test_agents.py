@@ -49,7 +49,7 @@ def _delete_a_queryset(client, agent):
 @pytest.mark.parametrize("delete", [_delete_in_the_admin, _delete_a_queryset], ids=["admin", "queryset"])
 def test_deleting_an_agent_makes_its_started_operations_lost_first(delete, admin_client, make_execution, make_operation,
                                                                    outbox):
-    """SPEC §16: an agent's row deleted — say a silent agent an operator clears out — would have
+    """An agent's row deleted — say a silent agent an operator clears out — would have
     left its started operations ``started`` for ever (the offline sweep only judges agents it has
     a row of). They fail as lost first, retryably, as when the agent goes offline."""
     gone = Agent.objects.create(name="gone-1", last_heartbeat=timezone.now() - timedelta(hours=1))

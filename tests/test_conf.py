@@ -23,7 +23,7 @@ SPEC_DEFAULTS = {
     "DATABASE_OUTAGE_TOLERANCE": 120,
     # Issue 19's: how many live runs of workflow functions a dispatcher process keeps.
     "WORKFLOW_CACHE_SIZE": 100,
-    # What gets in (SPEC §16).
+    # What gets in.
     "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024, "API_THROTTLE_RATES": {"read": "1200/minute", "write": "240/minute"},
     "RETENTION_DAYS": None,
 }

@@ -1,6 +1,6 @@
 """docker/compose.yaml is a valid Compose file that runs the whole stack (SPEC §1, §3): PostgreSQL,
-Redis, the web, a manager, two agents and Flower, each with a health check; with safe defaults
-(SPEC §16): its ports on 127.0.0.1 only, and no start without a secret key and Flower's login.
+Redis, the web, a manager, two agents and Flower, each with a health check; with safe defaults:
+its ports on 127.0.0.1 only, and no start without a secret key and Flower's login.
 
 Checked with Docker Compose itself — the v2 plugin (``docker compose``) or Debian's
 ``docker-compose`` (v1); ``scripts/ensure_test_tools.sh`` installs the latter. Without either the

@@ -1,4 +1,4 @@
-"""Retention (SPEC §16): ``retention.purge`` and ``manage.py purge_executions`` delete ended
+"""Retention: ``retention.purge`` and ``manage.py purge_executions`` delete ended
 executions older than a cutoff with their operations, dependency rows, events, waits and child
 executions, in batches — never an active execution nor one with an active ancestor, loading no
 event or operation into memory, locking nothing of an active execution; the managers purge

@@ -1,4 +1,4 @@
-"""Safe defaults (SPEC §16): ``DEBUG`` off unless ``DJANGO_DEBUG`` says so; no secret key in the
+"""Safe defaults: ``DEBUG`` off unless ``DJANGO_DEBUG`` says so; no secret key in the
 code, but one of the installation's own made once under ``var/``; what Switchyard keeps under
 ``var/`` (the database, the embedded Redis, Flower's history, logs, the agent's records) readable
 by its owner only; Flower not started without a login.

@@ -35,7 +35,7 @@ DEFAULTS = {
     "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
     "DATABASE_OUTAGE_TOLERANCE": 120,
     "WORKFLOW_CACHE_SIZE": 100,
-    # What gets in (SPEC §16): the largest JSON value stored (parameters, payloads, results).
+    # What gets in: the largest JSON value stored (parameters, payloads, results).
     "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024,
     # Per user, DRF's rate strings: reads (GET) and writes (starts, actions, events).
     "API_THROTTLE_RATES": {"read": "1200/minute", "write": "240/minute"},

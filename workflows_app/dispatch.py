@@ -22,7 +22,7 @@ events`` and the workers' logs name the workflow, the step and the operation ins
 worker reads.
 
 Everything sent here is JSON, whatever the project's ``task_serializer`` or
-``event_serializer`` say (SPEC §15): Switchyard's workers accept nothing else
+``event_serializer`` say: Switchyard's workers accept nothing else
 (``agents.worker.pool.json_only``). Messages say ``serializer="json"``; their ``task-sent``
 events and the remote-control commands go through a dispatcher and a remote-control client of
 Switchyard's own (:func:`_event_dispatcher`, :func:`_control`), set to JSON.
@@ -52,7 +52,7 @@ TASK_OPTIONS = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost
 #: The remote-control commands every Switchyard worker registers (``agents.worker.control``).
 KILL_COMMAND = "switchyard_kill"
 RUNNING_COMMAND = "switchyard_running"
-#: The one serializer of everything Switchyard sends (SPEC §15).
+#: The one serializer of everything Switchyard sends.
 SERIALIZER = "json"
 
 

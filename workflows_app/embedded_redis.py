@@ -8,7 +8,7 @@ started it exits (it belongs to the stack, not to a process); ``stop()`` ends it
 
 This module only starts a process and speaks the Redis protocol; it imports nothing of
 Django, so settings can compute the URL without side effects. Everything the server keeps
-under ``var/`` (its socket, pid, log and data files) is its owner's only (SPEC §16).
+under ``var/`` (its socket, pid, log and data files) is its owner's only.
 """
 
 import fcntl

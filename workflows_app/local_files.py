@@ -1,5 +1,5 @@
 """The files Switchyard keeps on a host (under ``var/``, ``SWITCHYARD_VAR_DIR``) are its owner's
-only: directories 0700, files 0600 (SPEC §16). They hold the database, the broker's messages,
+only: directories 0700, files 0600. They hold the database, the broker's messages,
 logs, passwords and the project's own secret key.
 
 Each place that creates one asks for the mode itself rather than changing the process's umask:

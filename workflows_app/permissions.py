@@ -1,4 +1,4 @@
-"""Who may do what: the one rule of the API, the admin and the services (SPEC §16).
+"""Who may do what: the one rule of the API, the admin and the services.
 
 Django's permissions on ``Execution``:
 

@@ -55,7 +55,7 @@ class WorkflowDef:
     timeout: float | None = None
     on_unhandled: str = "fail"
     #: A permission ("app.codename") that starting this workflow and acting on its executions
-    #: need besides the execution's own (SPEC §16; ``workflows_app.permissions``).
+    #: need besides the execution's own.
     permission: str | None = None
     listeners: dict = field(default_factory=dict)
 

@@ -1,4 +1,4 @@
-"""Retention (SPEC §16): deleting ended executions with everything that is theirs — operations
+"""Retention: deleting ended executions with everything that is theirs — operations
 and the edges between them, events, waits — and their child executions.
 
 There is one way to delete executions, :func:`_delete`, reached three ways:

@@ -130,7 +130,7 @@ def force_resume(execution_id, *, user=None) -> Execution:
     return _resume(execution_id, "force-resume", FORCE_RESUMABLE, OPERATION_FORCE_RESUMABLE, user)
 
 
-#: The actions on an execution, by the name every entry point uses (SPEC §4, §8); each takes
+#: The actions on an execution, by the name every entry point uses; each takes
 #: the execution's id and, as a keyword, the ``user`` it acts for.
 ACTIONS = {"cancel": cancel, "force-cancel": force_cancel, "kill": kill, "resume": resume, "force-resume": force_resume}
 #: The actions that do not wait for the workflow: the admin asks for a confirmation first.

@@ -1,4 +1,4 @@
-"""What gets in: the one check of every JSON value Switchyard stores (SPEC §16).
+"""What gets in: the one check of every JSON value Switchyard stores.
 
 Parameters, event payloads, an execution's payload, operations' arguments, results and errors,
 ``ctx.log`` data — from the API, the admin, the commands, workflow code or an agent's report —

@@ -52,14 +52,14 @@ def prepare(app):
     json_only(app)
 
 
-#: The one content type a Switchyard worker takes from the broker (SPEC §15).
+#: The one content type a Switchyard worker takes from the broker.
 JSON = "json"
 
 
 def json_only(app):
     """Make ``app``'s worker accept JSON messages only — on its queues, as remote-control commands
     and as events — and send its events and remote-control replies as JSON, whatever the project's
-    ``accept_content`` and serializers say (SPEC §15: JSON only on the wire). A message of another
+    ``accept_content`` and serializers say. A message of another
     content type is refused before its body is read: kombu raises ``ContentDisallowed``, and
     Celery logs it ("Refusing to deserialize untrusted content") and rejects the message.
 

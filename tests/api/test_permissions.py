@@ -1,4 +1,4 @@
-"""Who may do what through the API (SPEC §16): every endpoint and every action, for each kind of
+"""Who may do what through the API: every endpoint and every action, for each kind of
 user — anonymous, logged in without a permission, a viewer (view_execution), an operator (view,
 add, change), a forcer (an operator with force_execution) and a superuser — and a workflow
 registered with a permission of its own, seen and steered only by those who hold it.

@@ -1,6 +1,6 @@
-"""What the API lets through, in volume (SPEC §16, "Volume"): throttles per user, lists without
+"""What the API lets through, in volume: throttles per user, lists without
 parameters, payloads or results, pages bounded in bytes, and a body over Django's limit answered
-413 (SPEC §8, §16)."""
+413."""
 
 import json
 import logging

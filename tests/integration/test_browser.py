@@ -30,7 +30,7 @@ from workflows_app.models import Execution
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PASSWORD = "browser-test-password"
-#: Flower's login (``FLOWER_BASIC_AUTH``): it asks for one (SPEC §16).
+#: Flower's login (``FLOWER_BASIC_AUTH``): it asks for one.
 FLOWER_USER, FLOWER_PASSWORD = "watcher", "browser-test-flower-password"
 #: The colours admin.css gives the boxes of these states.
 STARTED_FILL, SUCCEEDED_FILL = "rgb(31, 111, 235)", "rgb(26, 127, 55)"

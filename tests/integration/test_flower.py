@@ -2,7 +2,7 @@
 run_flower`` on the test's broker; a workflow of three named steps runs, and everything this
 test knows about its messages it learns from Flower's HTTP API — the task list, the task-name
 filter, the search and a task's page — never from the messages themselves. Flower asks for the
-login ``run_flower`` was given (SPEC §16)."""
+login ``run_flower`` was given."""
 
 import base64
 

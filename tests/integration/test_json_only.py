@@ -1,4 +1,4 @@
-"""JSON only on the wire (SPEC §15), whatever the host project's Celery settings say.
+"""JSON only on the wire, whatever the host project's Celery settings say.
 
 A host project whose settings accept pickle (``CELERY_ACCEPT_CONTENT = ["pickle", "json"]``, as
 Celery's defaults did before 4.0) runs Switchyard's manager and agent. Anyone who may publish to

@@ -222,7 +222,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             return False  # active, or an active execution above or below it
         return permissions.allows(request.user, "delete", obj.workflow_id if obj is not None else None)
 
-    # Deleting goes through ``retention`` (SPEC §16), with Django's confirmation pages: their own
+    # Deleting goes through ``retention``, with Django's confirmation pages: their own
     # listing of what goes would load every operation and event of each execution to name it
     # (a million rows for a long history), and refuse since nobody may delete those by hand.
     # They go with their execution: counted on the page, deleted in batches.

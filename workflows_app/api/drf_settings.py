@@ -22,7 +22,7 @@ SETTINGS = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["workflows_app.api.permissions.ReadsNeedView"],
-    # Per user, reads and writes apart, at WORKFLOWS["API_THROTTLE_RATES"] (SPEC §16), never the
+    # Per user, reads and writes apart, at WORKFLOWS["API_THROTTLE_RATES"], never the
     # host's throttles or rates, which are for the host's own API.
     "DEFAULT_THROTTLE_CLASSES": [
         "workflows_app.api.throttling.ReadRateThrottle",

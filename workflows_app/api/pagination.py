@@ -6,7 +6,7 @@ Unlike DRF's, a ``limit`` or ``offset`` that is not a number of the documented r
 ``invalid_parameters`` rather than silently replaced by the default: the client asked for
 something else than it gets.
 
-Pages bounded in bytes (SPEC §16, "Volume"): the lists whose items carry stored values — ``GET
+Pages bounded in bytes: the lists whose items carry stored values — ``GET
 events`` (``message``, ``data``), ``GET executions/{id}/operations`` (``args``, ``kwargs``,
 ``result``, ``error``) — name those columns in their view's ``page_bytes_fields``. Their page also ends
 before ``limit`` items once the next item would take it past :func:`page_bytes` (twice

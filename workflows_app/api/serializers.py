@@ -90,7 +90,7 @@ class ExecutionSerializer(APIModelSerializer):
         read_only_fields = fields
 
 
-#: What an execution's own page shows and a list leaves out (SPEC §16, "Volume"): each may be
+#: What an execution's own page shows and a list leaves out: each may be
 #: as large as ``WORKFLOWS["MAX_PAYLOAD_BYTES"]``, and a page of 100 would be 100 times that.
 LIST_OMITS = ("parameters", "payload")
 

@@ -1,4 +1,4 @@
-"""The API's throttles (SPEC §16, "Volume"): DRF's per-user rate throttle, in two scopes.
+"""The API's throttles: DRF's per-user rate throttle, in two scopes.
 
 ``read`` counts GET, HEAD and OPTIONS; ``write`` counts every other method (starts, actions,
 events). Their rates are ``WORKFLOWS["API_THROTTLE_RATES"]`` (``workflows_app.conf``; default

@@ -10,7 +10,7 @@ blocks on a full pipe and its output stays on disk whatever happens to the super
 One Ctrl-C (SIGINT) or SIGTERM stops every child with SIGTERM to its whole process group, then
 SIGKILL to any still alive after ``grace`` seconds; a second one skips the wait.
 
-The log directory and the logs it makes are their owner's only (SPEC §16): what a process
+The log directory and the logs it makes are their owner's only: what a process
 logs may name its database, its broker, its operations' arguments.
 """
 

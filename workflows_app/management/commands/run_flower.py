@@ -2,7 +2,7 @@
 kept on disk in Switchyard's local directory (``--persistent``), so it survives a restart of
 Flower. Flower is an optional dependency: ``pip install 'switchyard[flower]'``.
 
-Flower shows every task's arguments and can revoke and kill them: it asks for a login (SPEC §16).
+Flower shows every task's arguments and can revoke and kill them: it asks for a login.
 The credentials are Flower's own setting, read by Flower itself from the environment —
 ``FLOWER_BASIC_AUTH=user:password`` (several: comma-separated) — so that they never appear on a
 command line; without any the command refuses to start, unless told ``--no-auth`` (a proxy in
