@@ -1,68 +1,56 @@
-"""The operation task that agents (and managers, for operations with no agent) run.
+"""The operation task that agents (and managers, for operations with no agent) run. It opens no
+database connection: it speaks to the managers through the broker (``agents.worker.link``).
 
-Fencing (SPEC §5): an attempt starts only if it is still the operation's current attempt, the
-operation is waiting for it (sending/sent), and the execution is running. A second delivery
-of the same attempt — Redis' visibility timeout, a requeue — finds the attempt started and is
-dropped while that attempt still runs somewhere; if its process is gone, the attempt was lost,
-which is a retryable failure. This, not Celery's in-memory revoke list, is what keeps a
-message from running twice.
+Fencing: a delivery runs only once a manager, against the database, answered its claim with
+``run`` — the attempt was still its operation's current one, waiting to start, and its
+execution running (``agents.intake``). No answer in time: the message goes back to the queue,
+never run on a guess. A second delivery of the same attempt — Redis' visibility timeout, a
+requeue — is answered ``started``: dropped while that attempt still runs somewhere; if it was
+started by this run of the agent and no process here runs it any more, its pool process died
+with it, and the attempt is reported lost (a retryable failure).
 
-A database outage (SPEC §9, ``workflows_app.outages``) is ridden out at both ends: a delivery
-waits to be claimed until the database answers (so this process takes no other message, and
-the rest stay in the broker); a finished attempt keeps its result and reports it, with its
-attempt, when the database is back — fencing decides then as always. Past
-DATABASE_OUTAGE_TOLERANCE a delivery not claimed goes back to the queue, and a report not
-written is given up (logged at CRITICAL): its attempt is lost, a retryable failure, once a
-manager sees that no worker runs it.
+What the attempt did is reported with the attempt's secret before the message is acknowledged
+(the task returns only once the broker holds the report); a report the broker does not take
+sends the message back to the queue, where its next delivery finds the attempt lost.
 """
 
-import itertools
 import logging
-import os
-import time
 import traceback
+import uuid
 
 from celery import shared_task
 from celery.exceptions import Reject
 from celery.signals import task_revoked
-from django.db import InterfaceError, OperationalError
 
-from agents.worker import local
-from workflows_app import outages
+from agents.worker import link, local
+from workflows_app import values, wire
+from workflows_app.conf import workflows_settings
 from workflows_app.dispatch import RUNNER_TASK, TASK_OPTIONS
 from workflows_app.engine import reports
-from workflows_app.engine.graph import resolve
-from workflows_app.errors import DatabaseUnavailable, NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, TransitionRefused
-from workflows_app.models import Execution, Operation
+from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, ValueRefused
 from workflows_app.registry import get_operation
-from workflows_app.states import EXECUTION_CANCELLING, EventType, ExecutionStatus, OperationState
-from workflows_app.transitions import claim_operation, operation_transition, record_event
 
 logger = logging.getLogger(__name__)
+
+#: How long a delivery waits for a manager to answer its claim, beyond the managers' own
+#: DATABASE_OUTAGE_TOLERANCE (a manager waits that long for its database before it gives up).
+CLAIM_MARGIN_SECONDS = 10.0
 
 
 class OperationContext:
     """``ctx`` of an operation function."""
 
-    def __init__(self, operation):
-        self._operation = operation
-        self.operation_id = operation.pk
-        self.execution_id = operation.execution_id
-        self.name = operation.name
-        self.attempt = operation.attempt
+    def __init__(self, operation_id, attempt, secret, answer):
+        self.operation_id = uuid.UUID(str(operation_id))
+        self.execution_id = uuid.UUID(answer["execution"])
+        self.name = answer["step"]
+        self.attempt = attempt
+        self._secret = secret
 
     def is_cancelled(self) -> bool:
-        """Whether the execution is being cancelled (or this step was). While the database is
-        unreachable nobody can have cancelled anything: False, and the operation goes on."""
-        try:
-            status = Execution.objects.filter(pk=self.execution_id).values_list("status", flat=True).first()
-            state = Operation.objects.filter(pk=self.operation_id).values_list("state", flat=True).first()
-        except (OperationalError, InterfaceError) as exc:
-            if not outages.is_outage(exc):
-                raise
-            outages.close_connections()
-            return False
-        return status in EXECUTION_CANCELLING or status is None or state == OperationState.CANCELLED
+        """Whether the execution is being cancelled (or this step was): a manager asked this
+        worker so, through the broker (``agents.worker.control``)."""
+        return local.cancel_requested(local.attempt_key(self.operation_id, self.attempt))
 
     def raise_if_cancelled(self):
         if self.is_cancelled():
@@ -70,154 +58,78 @@ class OperationContext:
 
     def log(self, message, **data):
         """A ``log`` event of the operation. ``ValueRefused`` for data that may not be stored."""
-        outages.ride_out(f"logging for {self.name}", reports.record_log, self.execution_id, self.name, message, data)
+        values.check(data, "the log's data")
+        link.report(wire.Kind.LOG, operation=str(self.operation_id), attempt=self.attempt, secret=self._secret,
+                    message=values.clean_text(str(message)), data=data)
+
+
+def claim_seconds() -> float:
+    return float(workflows_settings.DATABASE_OUTAGE_TOLERANCE) + CLAIM_MARGIN_SECONDS
 
 
 @shared_task(name=RUNNER_TASK, **TASK_OPTIONS)
-def run_operation(operation_id, attempt):
-    try:
-        claimed = outages.ride_out(f"claiming attempt {attempt} of {operation_id}", _claim_delivery, operation_id, attempt)
-        if claimed is None:
-            return
-        operation, dry_run = claimed
-        key = local.attempt_key(operation.pk, attempt)
-        local.mark_running(key)
-        try:
-            _run(operation, attempt, dry_run)
-        finally:
-            local.mark_done(key)
-    except DatabaseUnavailable:
-        # Back to the queue: claimed again when the database answers, or, if it was claimed
-        # here and its report given up, found lost then (its process is gone).
-        raise Reject("the database is unavailable", requeue=True) from None
-
-
-def _claim_delivery(operation_id, attempt):
-    """The operation and whether it is a dry run, if this delivery may start it; else None."""
-    # The common case in one statement: the attempt is current, sent, its execution started.
-    operation = claim_operation(operation_id, attempt, incarnation=local.incarnation(), data=_claim_data())
-    if operation is not None:
-        return operation, operation.dry_run
-    # anything else: load it, and start it or say why not
-    operation = Operation.objects.select_related("execution").filter(pk=operation_id).first()
-    if operation is None:
-        logger.warning("operation %s does not exist: message dropped", operation_id)
-        return None
-    if not _claim(operation, attempt):
-        return None
-    return operation, operation.execution.is_dry_run
-
-
-def _claim_data():
-    return {"agent": local.name(), "incarnation": local.incarnation(), "pid": os.getpid()}
-
-
-def _drop(operation, attempt, why):
-    logger.info("operation %s attempt %s dropped: %s", operation.pk, attempt, why)
-    record_event(operation.execution_id, EventType.LOG, f"delivery of attempt {attempt} dropped: {why}",
-                 {"attempt": attempt, "fenced": True}, operation=operation.name)
-    return False
-
-
-def _claim(operation, attempt) -> bool:
-    """Fencing: move the attempt to ``started`` if, and only if, it may start here."""
-    if attempt != operation.attempt:
-        return _drop(operation, attempt, f"attempt {operation.attempt} is current")
-    if operation.execution.status != ExecutionStatus.STARTED:
-        return _drop(operation, attempt, f"the execution is {operation.execution.status}")
-    if operation.state == OperationState.STARTED:
-        if operation.incarnation == local.incarnation() and not local.running_here(operation.pk, attempt):
+def run_operation(operation_id, attempt, secret=""):
+    answer = link.claim(operation_id, attempt, secret, claim_seconds())
+    if answer is None:
+        raise Reject("no manager answered the claim", requeue=True)
+    verdict = answer.get("verdict")
+    key = local.attempt_key(operation_id, attempt)
+    if verdict == wire.Verdict.STARTED:
+        if answer.get("incarnation") == local.incarnation() and not local.running_here(operation_id, attempt):
             # Our own earlier delivery of this attempt died with its pool process.
-            reports.record_lost(operation, attempt, "its worker process was lost")
-            return False
-        return _drop(operation, attempt, "a duplicate delivery of a started attempt")
-    if operation.state == OperationState.SENDING:
-        # The message overtook the sender's own sending -> sent write; the two race, and
-        # whichever loses must not drop the attempt: either way it is now sent.
-        try:
-            operation_transition(operation, OperationState.SENT, attempt=attempt)
-        except TransitionRefused:
-            operation.refresh_from_db(fields=["state", "attempt", "incarnation"])
-            if operation.attempt != attempt or operation.state != OperationState.SENT:
-                return _drop(operation, attempt, f"it is {operation.state} (attempt {operation.attempt}) now")
+            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, secret, message="its worker process was lost")
+        else:
+            logger.info("operation %s attempt %s dropped: a duplicate delivery of a started attempt", operation_id, attempt)
+        return
+    if verdict != wire.Verdict.RUN:
+        logger.info("operation %s attempt %s dropped: %s", operation_id, attempt, answer.get("reason", verdict))
+        return
+    local.mark_running(key, secret)
     try:
-        operation_transition(operation, OperationState.STARTED, attempt=attempt, incarnation=local.incarnation(),
-                             data=_claim_data())
-    except TransitionRefused as refused:
-        return _drop(operation, attempt, str(refused))
-    return True
+        outcome = _run(OperationContext(operation_id, attempt, secret, answer), answer)
+        _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, secret, **outcome)
+    finally:
+        local.mark_done(key)
 
 
-def _run(operation, attempt, dry_run):
+def _run(ctx, answer) -> dict:
+    """Run the operation; what it did, as the fields of an ``outcome`` report."""
     try:
-        definition = get_operation(operation.operation)
+        definition = get_operation(answer["operation"])
     except RegistrationError as exc:
-        return _report(reports.record_failure, operation, attempt, _error(exc), retryable=False)
-    args = list(operation.args)
-    if operation.input is not None:
-        args.insert(0, outages.ride_out(f"loading the input of {operation.name}", _load_input, operation))
-    if dry_run:
-        return _report(reports.record_success, operation, attempt, None)
+        return _failed(exc, retryable=False)
+    if answer.get("dry_run"):
+        return {"outcome": wire.Outcome.SUCCEEDED, "result": None}
     try:
-        result = definition.func(OperationContext(operation), *args, **operation.kwargs)
+        result = definition.func(ctx, *answer["args"], **answer["kwargs"])
     except OperationCancelled as exc:
-        return _report(reports.record_cancelled, operation, attempt, _error(exc))
+        return {**_failed(exc, retryable=False), "outcome": wire.Outcome.CANCELLED}
     except RecoverableError as exc:
-        return _report(reports.record_failure, operation, attempt, _error(exc), retryable=True, retry_after=exc.retry_after)
+        return {**_failed(exc, retryable=True), "retry_after": exc.retry_after}
     except NonRecoverableError as exc:
-        return _report(reports.record_failure, operation, attempt, _error(exc), retryable=False)
+        return _failed(exc, retryable=False)
     except Exception as exc:
-        return _report(reports.record_failure, operation, attempt, _error(exc), retryable=isinstance(exc, definition.retry_for or ()))
-    _report(reports.record_success, operation, attempt, result)
+        return _failed(exc, retryable=isinstance(exc, definition.retry_for or ()))
+    try:
+        values.check(result, "result")
+    except ValueRefused as refused:  # it could not be stored: retrying would only make it again
+        return {"outcome": wire.Outcome.FAILED, "error": reports.unstorable_result(refused), "retryable": False}
+    return {"outcome": wire.Outcome.SUCCEEDED, "result": result}
 
 
-#: Tries of a report whose transaction the database aborted (a deadlock, a serialization
-#: failure, SQLite's busy lock): it wrote nothing, and unreported its operation stays started.
-REPORT_TRIES = 5
-TRANSIENT_SQLSTATES = {"40P01", "40001"}
+def _failed(exc, *, retryable) -> dict:
+    error = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+    return {"outcome": wire.Outcome.FAILED, "error": values.clean_error(error), "retryable": retryable}
 
 
-def _report(record, operation, attempt, *args, **kwargs):
-    """Record what the attempt did, riding out a database outage (the result is kept until the
-    database answers; past DATABASE_OUTAGE_TOLERANCE, DatabaseUnavailable: given up)."""
-    tries = itertools.count()
-
-    def once():
-        if next(tries):
-            operation.refresh_from_db()  # what the failed transaction set in memory never happened
-        return _report_once(record, operation, attempt, *args, **kwargs)
-
-    return outages.ride_out(f"reporting attempt {attempt} of {operation.pk}", once)
-
-
-def _report_once(record, operation, attempt, *args, **kwargs):
-    for tries in range(1, REPORT_TRIES + 1):
-        try:
-            return record(operation, attempt, *args, **kwargs)
-        except OperationalError as exc:
-            transient = (getattr(exc.__cause__, "sqlstate", None) in TRANSIENT_SQLSTATES
-                         or "database is locked" in str(exc))
-            if not transient or tries == REPORT_TRIES:
-                raise
-            logger.warning("report of %s attempt %s aborted (%s): trying again", operation.pk, attempt, exc)
-            time.sleep(0.05 * tries)
-            operation.refresh_from_db()  # what the aborted transaction set in memory never happened
-
-
-def _load_input(operation):
-    results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
-                   .values_list("name", "result"))
-    return resolve(operation.input, results)
-
-
-def _input_names(data):
-    if "result" in data:
-        return [data["result"]]
-    return [name for item in data["list"] for name in _input_names(item)]
-
-
-def _error(exc):
-    return {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+def _report_or_requeue(kind, operation_id, attempt, secret, **fields):
+    try:
+        link.report(kind, operation=str(operation_id), attempt=attempt, secret=secret, **fields)
+    except link.Unreachable as exc:
+        # Back to the queue: its next delivery finds the attempt started here and gone (lost).
+        logger.error("%s of attempt %s of %s not reported (%s): its message goes back to the queue", kind, attempt,
+                     operation_id, exc)
+        raise Reject(str(exc), requeue=True) from None
 
 
 @task_revoked.connect
@@ -228,11 +140,8 @@ def _revoked(request=None, terminated=False, **kwargs):
         return
     try:
         operation_id, attempt = request.args[0], int(request.args[1])
-        operation = Operation.objects.filter(pk=operation_id).first()
-        if operation is None or operation.attempt != attempt or operation.is_terminal:
-            return
-        if operation.state == OperationState.SENDING:
-            operation_transition(operation, OperationState.SENT, attempt=attempt)
-        reports.record_lost(operation, attempt, "its Celery message was revoked")
+        secret = (request.kwargs or {}).get("secret", "")
+        link.report(wire.Kind.LOST, operation=str(operation_id), attempt=attempt, secret=secret,
+                    message="its Celery message was revoked")
     except Exception:  # a signal handler must not take the worker down
-        logger.exception("could not record the revoke of %s", getattr(request, "id", "?"))
+        logger.exception("could not report the revoke of %s", getattr(request, "id", "?"))

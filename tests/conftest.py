@@ -5,6 +5,7 @@ configured database is not PostgreSQL; when ``SWITCHYARD_REQUIRE`` names ``postg
 it fails instead, so a CI that lost its database cannot pass by skipping.
 """
 
+import json
 import os
 from types import SimpleNamespace
 
@@ -13,7 +14,9 @@ import kombu.exceptions
 import pytest
 from django.db import connection
 
-from workflows_app import dispatch, embedded_redis
+from agents import intake
+from agents.worker import link, local
+from workflows_app import dispatch, embedded_redis, signing, wire
 from workflows_app.engine import live
 from workflows_app.models import Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
@@ -54,6 +57,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_runtest_setup(item):
+    # Each test's database starts without the attempts' signing key (a flush or a rollback took
+    # the last one's): the key this process remembered would sign what no manager of it accepts.
+    signing._key.cache_clear()
     if item.get_closest_marker("postgres") and connection.vendor != "postgresql":
         if "postgres" in REQUIRED:
             pytest.fail("SWITCHYARD_REQUIRE names postgres, but DATABASE_URL is not a PostgreSQL database")
@@ -107,6 +113,45 @@ def outbox(monkeypatch):
     monkeypatch.setattr(dispatch, "broadcast_kill",
                         lambda pk, attempts=(), dispatcher=False: sent["kill"].append([(str(a), n) for a, n in attempts]))
     return sent
+
+
+class Loopback:
+    """An agent process' line to the managers (``agents.worker.link``) that hands what it would
+    publish to the managers' intake in this process at once, as JSON both ways: the runner and the
+    intake tested together on the test's database, without a broker (the integration tests have one)."""
+
+    def __init__(self):
+        self.reports = []
+
+    def report(self, kind, **fields):
+        body = json.loads(json.dumps({"kind": str(kind), "agent": local.name(), "incarnation": local.incarnation(), **fields}))
+        self.reports.append(body)
+        return intake.take([body])
+
+    def claim(self, operation_id, attempt, secret, timeout):
+        answers = self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt, secret=secret,
+                              pid=os.getpid(), reply_to=wire.reply_queue(local.name(), "here", os.getpid()), id="claim")
+        return json.loads(json.dumps(answers[0][1])) if answers else None
+
+
+@pytest.fixture
+def agent_link(monkeypatch):
+    """This process as a run of an agent whose reports go straight to the intake (:class:`Loopback`):
+    ``agent_link.deliver(operation)`` runs the operation's current attempt as its agent would."""
+    loopback = Loopback()
+    monkeypatch.setattr(link, "_link", loopback)
+    monkeypatch.setenv(local.INCARNATION_ENV, "this-test")
+
+    def deliver(operation, attempt=None, secret=None):
+        from agents.runner import run_operation
+
+        attempt = operation.attempt if attempt is None else attempt
+        monkeypatch.setenv(local.NAME_ENV, operation.agent)
+        run_operation.run(str(operation.pk), attempt,
+                          secret=secret if secret is not None else signing.attempt_secret(operation.pk, attempt, operation.agent))
+
+    loopback.deliver = deliver
+    return loopback
 
 
 @pytest.fixture(params=["replay", "live"])

@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from agents.worker import control, local
+from workflows_app import wire
 
 AGENT = "killer"
 
@@ -48,14 +49,15 @@ def processes():
 
 @pytest.fixture
 def reported(monkeypatch):
-    """What the kill reports gone (``reports.record_processes_gone``: the database's, not this test's)."""
+    """What the kill reports gone (a ``gone`` report to the managers, kept here instead)."""
     gone, done = [], threading.Event()
 
-    def record(attempts):
+    def record(kind, attempts):
+        assert kind == wire.Kind.GONE
         gone.extend(attempts)
         done.set()
 
-    monkeypatch.setattr(control.reports, "record_processes_gone", record)
+    monkeypatch.setattr(control.link, "report", record)
     return gone, done
 
 
@@ -116,7 +118,7 @@ def test_malformed_keys_are_ignored_and_logged_and_nothing_outside_the_records_i
 def test_good_keys_among_bad_ones_still_kill_their_recorded_process_groups(state_dir, processes, reported):
     operation, execution = uuid.uuid4(), uuid.uuid4()
     running, dispatcher, bystander = processes(), processes(), processes()
-    (state_dir / local.attempt_key(operation, 3)).write_text(str(running.pid))
+    (state_dir / local.attempt_key(operation, 3)).write_text(f"{running.pid}\nits-secret")
     (state_dir / local.dispatcher_key(execution)).write_text(str(dispatcher.pid))
     bystander_key = (uuid.uuid4(), 1)  # another execution's
     (state_dir / local.attempt_key(*bystander_key)).write_text(str(bystander.pid))
@@ -128,7 +130,7 @@ def test_good_keys_among_bad_ones_still_kill_their_recorded_process_groups(state
                                                         local.dispatcher_key(execution)])
     assert running.wait(timeout=10) == -signal.SIGTERM and dispatcher.wait(timeout=10) == -signal.SIGTERM
     gone, done = reported
-    assert done.wait(timeout=10) and gone == [(str(operation), 3)]
+    assert done.wait(timeout=10) and gone == [[str(operation), 3, "its-secret"]], "with the secret its record keeps"
     assert still_running(bystander)
     assert os.listdir(state_dir) == [local.attempt_key(*bystander_key)], "the killed ones' records are done with"
 

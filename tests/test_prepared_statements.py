@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from agents.runner import run_operation
 from workflows_app import dispatch
 from workflows_app.models import Execution, Operation
 from workflows_app.registry import operation
@@ -40,13 +39,13 @@ def quiet(monkeypatch):
     monkeypatch.setattr(dispatch, "send_operations", lambda ops: None)
 
 
-def run_operations(make_execution, make_operation, n=RUNS):
+def run_operations(agent_link, make_execution, make_operation, n=RUNS):
     execution = make_execution()
     # Graph steps (not awaited): each completion runs the idle check.
     ops = [make_operation(OperationState.SENT, execution, name=f"p{i}", operation="test_prepared_noop", attempt=1,
                           awaited=False) for i in range(n)]
     for op in ops:
-        run_operation.run(str(op.pk), 1)
+        agent_link.deliver(op, 1)
     return ops
 
 
@@ -58,8 +57,8 @@ def prepared():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)  # the idle check runs once the result commits
-def test_an_operations_statements_are_prepared_and_djangos_are_not(make_execution, make_operation):
-    ops = run_operations(make_execution, make_operation)
+def test_an_operations_statements_are_prepared_and_djangos_are_not(agent_link, make_execution, make_operation):
+    ops = run_operations(agent_link, make_execution, make_operation)
     assert {op.state for op in Operation.objects.filter(pk__in=[op.pk for op in ops])} == {OperationState.SUCCEEDED}
     for _ in range(RUNS):
         assert Execution.objects.filter(pk=ops[0].execution_id).count() == 1
@@ -71,14 +70,14 @@ def test_an_operations_statements_are_prepared_and_djangos_are_not(make_executio
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_with_no_threshold_nothing_is_prepared_and_operations_still_run(make_execution, make_operation):
+def test_with_no_threshold_nothing_is_prepared_and_operations_still_run(agent_link, make_execution, make_operation):
     connection.ensure_connection()
     raw = connection.connection
     threshold, raw.prepare_threshold = raw.prepare_threshold, None
     try:
         raw.execute("DEALLOCATE ALL")
         raw._prepared.clear()  # psycopg's own record of what it prepared, now gone
-        ops = run_operations(make_execution, make_operation)
+        ops = run_operations(agent_link, make_execution, make_operation)
         assert {op.state for op in Operation.objects.filter(pk__in=[op.pk for op in ops])} == {OperationState.SUCCEEDED}
         assert prepared() == []
     finally:

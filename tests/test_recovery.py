@@ -10,11 +10,11 @@ from django.utils import timezone
 from kombu import Exchange, Queue
 from kombu.exceptions import OperationalError as BrokerError
 
-from agents.worker import lifecycle, manager
+from agents.worker import lifecycle, link, manager
 from agents.worker.local import attempt_key
 from agents.models import Agent
 from switchyard.celery import app
-from workflows_app import dispatch
+from workflows_app import dispatch, wire
 from workflows_app.models import Event, Operation
 from workflows_app.states import ExecutionStatus, OperationState
 
@@ -134,14 +134,15 @@ def _die_holding(queue):
 
 @pytest.mark.skipif(not dispatch.broker_is_redis(),
                     reason="Redis holds a dead consumer's messages until its visibility timeout; RabbitMQ gives them back itself")
-def test_an_agent_that_starts_again_gets_back_the_messages_its_earlier_run_died_holding(agent_queues, db):
+def test_an_agent_that_starts_again_gets_back_the_messages_its_earlier_run_died_holding(agent_queues, db, monkeypatch):
     mine, other = agent_queues
     for queue in (mine, other):
         app.send_task("agents.run_operation", args=[str(uuid.uuid4()), 1], queue=queue, ignore_result=True)
         _die_holding(queue)
     assert not dispatch.waiting_messages(mine) and not dispatch.waiting_messages(other)
 
-    lifecycle._register(mine, "a-new-incarnation", 2)
+    monkeypatch.setattr(link, "report", lambda kind, **fields: None)
+    lifecycle._register(mine, 2)
     assert dispatch.waiting_messages(mine) == 1, "given back to its queue"
     assert not dispatch.waiting_messages(other), "another agent's is left where it is"
     assert dispatch.give_back_held(other) == 1
@@ -152,6 +153,9 @@ def test_an_agent_starts_when_the_broker_cannot_give_back_what_its_earlier_run_h
         raise BrokerError("Error 111 connecting to the broker")
 
     monkeypatch.setattr(dispatch, "give_back_held", unreachable)
-    lifecycle._register("an-agent", "its-incarnation", 2)
-    assert Agent.objects.get(name="an-agent").incarnation == "its-incarnation"
+    reported = []
+    monkeypatch.setattr(link, "report", lambda kind, **fields: reported.append((kind, fields)))
+    lifecycle._register("an-agent", 2)
+    assert [kind for kind, _ in reported] == [wire.Kind.REGISTER], "its run is registered all the same"
+    assert reported[0][1]["concurrency"] == 2
     assert "could not give back the messages its earlier run held" in caplog.text

@@ -20,8 +20,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agents.runner import OperationContext
+from agents.worker import local
 from tests.workflows import UNSTORABLE_TEXT, bad_value
-from workflows_app import services, values
+from workflows_app import services, signing, values
 from workflows_app.engine import dispatcher, reports
 from workflows_app.errors import ValueRefused
 from workflows_app.models import Event, Execution, Operation
@@ -154,9 +155,12 @@ def test_a_reason_quoting_unstorable_text_ends_the_execution_with_it_cleaned():
 
 
 @in_workflow_code
-def test_log_data_that_cannot_be_stored_is_refused_in_the_operation_and_nothing_logged():
+def test_log_data_that_cannot_be_stored_is_refused_in_the_operation_and_nothing_logged(agent_link, monkeypatch):
     execution = advance(services.start("it_bad_value", {"where": "log", "kind": "ok"}))
-    context = OperationContext(produce(execution))
+    step = produce(execution)
+    monkeypatch.setenv(local.NAME_ENV, step.agent)
+    context = OperationContext(step.pk, step.attempt, signing.attempt_secret(step.pk, step.attempt, step.agent),
+                               {"execution": str(execution.pk), "step": step.name})
 
     with pytest.raises(ValueRefused, match="the log's data.listing.file: lone surrogates"):
         context.log("listing", listing=bad_value("surrogate"))

@@ -38,6 +38,7 @@ from celery.utils.imports import instantiate
 from workflows_app.conf import workflows_settings
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
+from workflows_app.signing import attempt_secret
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ TASK_OPTIONS = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost
                 "acks_on_failure_or_timeout": True}
 #: The remote-control commands every Switchyard worker registers (``agents.worker.control``).
 KILL_COMMAND = "switchyard_kill"
+CANCEL_COMMAND = "switchyard_cancel"
 RUNNING_COMMAND = "switchyard_running"
 #: The one serializer of everything Switchyard sends.
 SERIALIZER = "json"
@@ -193,6 +195,7 @@ def send_operations(operations):
             app.send_task(
                 RUNNER_TASK,
                 args=[str(operation.id), operation.attempt],
+                kwargs={"secret": attempt_secret(operation.id, operation.attempt, operation.agent)},
                 task_id=task_id_for(operation.id, operation.attempt),
                 queue=operation.agent,
                 producer=producer,
@@ -234,6 +237,15 @@ def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
                    "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
         reply=False,
     )
+
+
+def broadcast_cancel(attempts):
+    """Ask every agent and manager to tell the running ``attempts`` (pairs of operation id and
+    attempt) that they are cancelled: ``ctx.is_cancelled()`` becomes true in them
+    (``agents.worker.control``). Fire and forget: the engine asks again on each pass of a
+    cancelling execution, and kills what still runs after CANCEL_TIMEOUT."""
+    _control().broadcast(CANCEL_COMMAND, arguments={"attempts": [[str(pk), attempt] for pk, attempt in attempts]},
+                         reply=False)
 
 
 def waiting_messages(queue):

@@ -27,13 +27,11 @@ import time
 import uuid
 
 from celery.worker.control import control_command
-from django.db import connections
 
-from agents.worker import local
-from agents.worker.forks import no_fork_meanwhile
+from agents.worker import link, local
+from workflows_app import wire
 from workflows_app.conf import workflows_settings
-from workflows_app.dispatch import KILL_COMMAND, RUNNING_COMMAND
-from workflows_app.engine import reports
+from workflows_app.dispatch import CANCEL_COMMAND, KILL_COMMAND, RUNNING_COMMAND
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +111,14 @@ def grace_seconds(grace) -> float:
     return float(workflows_settings.KILL_GRACE_SECONDS)
 
 
+@control_command(name=CANCEL_COMMAND, args=[("attempts", list)], signature="[attempts]")
+def switchyard_cancel(state, attempts=None, **kwargs):
+    """Ask the attempts this worker runs among ``attempts`` to stop: ``ctx.is_cancelled()`` is
+    true in them from now on (the operation decides what to do about it)."""
+    asked = local.request_cancel(attempt_keys(attempts))
+    return {"ok": {"asked": asked, "agent": local.name()}}
+
+
 @control_command(name=RUNNING_COMMAND)
 def switchyard_running(state, **kwargs):
     """What this worker runs now: its agent name, this run's incarnation and the operation
@@ -124,7 +130,7 @@ def switchyard_running(state, **kwargs):
 def terminate(keys, grace) -> list[str]:
     """SIGTERM each recorded process group of ``keys`` now; SIGKILL it after ``grace`` seconds if
     it is still recorded as running that key. Once the groups are gone, the attempts among them
-    are reported stopped (``reports.record_processes_gone``): the engine waits for that before
+    are reported stopped (a ``gone`` report to the managers): the engine waits for that before
     it shows workflow code a failure whose failure mode cancelled running steps. Returns the
     keys that were signalled. Only the groups this worker recorded are: ``keys`` are looked up
     among its records (``local.recorded_groups``), never read as paths."""
@@ -133,11 +139,11 @@ def terminate(keys, grace) -> list[str]:
         if pgid == os.getpgrp() or not local.group_alive(pgid):
             continue
         local.signal_group(pgid, signal.SIGTERM)
-        targets.append((key, pgid))
+        targets.append((key, pgid, local.secret_of(key)))
     if targets:
-        logger.warning("kill: SIGTERM to %s; SIGKILL in %ss to what is left", [k for k, _ in targets], grace)
+        logger.warning("kill: SIGTERM to %s; SIGKILL in %ss to what is left", [k for k, _, _ in targets], grace)
         threading.Thread(target=_watch, args=(targets, grace), name="switchyard-kill", daemon=True).start()
-    return [key for key, _ in targets]
+    return [key for key, _, _ in targets]
 
 
 #: How often the kill looks whether a signalled group is gone, and how long after SIGKILL.
@@ -147,9 +153,9 @@ AFTER_SIGKILL_SECONDS = 2.0
 
 def _watch(targets, grace):
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid in targets):
+    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid, _ in targets):
         time.sleep(WATCH_SECONDS)
-    for key, pgid in targets:
+    for key, pgid, _ in targets:
         # The record outlives a leader that died of the SIGTERM (it never reached mark_done), so
         # the group's stragglers are found here. A record that is gone means the attempt ended by
         # itself and its pool process may run something else now: it is left alone.
@@ -157,15 +163,13 @@ def _watch(targets, grace):
             local.signal_group(pgid, signal.SIGKILL)
             local.mark_done(key)
     deadline = time.monotonic() + AFTER_SIGKILL_SECONDS
-    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid in targets):
+    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid, _ in targets):
         time.sleep(WATCH_SECONDS)
-    gone = [local.parse_attempt_key(key) for key, pgid in targets if not local.group_running(pgid)]
-    gone = [attempt for attempt in gone if attempt is not None]
+    gone = [[*attempt, secret] for attempt, secret in
+            ((local.parse_attempt_key(key), secret) for key, pgid, secret in targets if not local.group_running(pgid))
+            if attempt is not None]
     if gone:
         try:
-            with no_fork_meanwhile():  # Celery forks the replacement of the pool process just killed
-                reports.record_processes_gone(gone)
+            link.report(wire.Kind.GONE, attempts=gone)
         except Exception:  # the engine waits at most the grace for it: a lost report only slows it
             logger.exception("kill: could not report the stopped attempts %s", gone)
-        finally:
-            connections.close_all()  # this thread's own connections: it ends here

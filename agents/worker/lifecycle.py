@@ -1,6 +1,8 @@
 """A worker's life, manager or agent: registering this run, starting its Celery worker,
-heart-beating, shutting down gracefully, and — when an agent starts again — declaring lost what
-its earlier runs left started and giving back the messages they took and never acknowledged."""
+heart-beating, shutting down gracefully, and — when an agent starts again — giving back the
+messages its earlier runs took and never acknowledged (the managers, told of the new run,
+declare lost what those runs left started). An agent says all of it through the broker
+(``agents.worker.link``): it has no database."""
 
 import logging
 import os
@@ -10,26 +12,21 @@ import time
 import uuid
 
 from celery import current_app
-from celery.signals import worker_ready, worker_shutting_down
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from django.db import close_old_connections, connections
-from django.utils import timezone
 
-from agents.models import Agent
-from agents.worker import local, pool
+from agents.worker import link, local, pool
 from agents.worker.forks import no_fork_meanwhile
 from agents.worker.control import terminate
-from workflows_app import dispatch, outages
+from workflows_app import dispatch, outages, wire
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import reports
-from workflows_app.models import Operation
-from workflows_app.states import OperationState
 
 logger = logging.getLogger(__name__)
 
 
 def begin(name, *, register=True, concurrency=None) -> str:
     """Start a run of ``name``: a new incarnation id in this process' environment (inherited
-    by its pool processes); for an agent, its row and the clean-up of its earlier runs."""
+    by its pool processes); for an agent, its registration and the clean-up of its earlier runs."""
     incarnation = uuid.uuid4().hex
     os.environ[local.NAME_ENV] = name
     os.environ[local.INCARNATION_ENV] = incarnation
@@ -37,19 +34,14 @@ def begin(name, *, register=True, concurrency=None) -> str:
         killed = local.kill_leftovers(name)
         if killed:
             logger.warning("killed %d operation process group(s) left by an earlier run of %s: %s", len(killed), name, killed)
-        outages.ride_out(f"registering agent {name}", _register, name, incarnation, concurrency)
+        _register(name, concurrency)
     connections.close_all()  # never share a connection with the pool processes about to fork
     return incarnation
 
 
-def _register(name, incarnation, concurrency):
-    now = timezone.now()
-    Agent.objects.update_or_create(name=name, defaults={
-        "incarnation": incarnation, "hostname": socket.gethostname(), "pid": os.getpid(),
-        "concurrency": concurrency, "started_at": now, "last_heartbeat": now})
-    lost = Operation.objects.filter(agent=name, state=OperationState.STARTED).exclude(incarnation=incarnation)
-    for operation in lost:
-        reports.record_lost(operation, operation.attempt, f"lost: agent {name} started again")
+def _register(name, concurrency):
+    # The managers record the new run and declare lost what earlier runs left started (agents.intake).
+    link.report(wire.Kind.REGISTER, hostname=socket.gethostname(), pid=os.getpid(), concurrency=concurrency)
     # Messages the earlier run took from this queue and died holding, before its worker takes any.
     try:
         held = dispatch.give_back_held(name)
@@ -60,15 +52,15 @@ def _register(name, incarnation, concurrency):
         logger.warning("agent %s: %d message(s) its earlier run took and never acknowledged given back", name, held)
 
 
-def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), stop_first=()):
+def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), stop_first=(), stop_last=()):
     """Run the project's Celery worker on ``queue`` until it shuts down: ``threads`` start once
     the pool has forked (so no pool process inherits their connections); SIGTERM shuts it down
-    in phases (:class:`GracefulShutdown`, stopping ``stop_first`` first)."""
+    in phases (:class:`GracefulShutdown`, stopping ``stop_first`` first and ``stop_last`` last)."""
     app = current_app._get_current_object()
     pool.prepare(app)
     for thread in threads:
         worker_ready.connect(lambda thread=thread, **kwargs: thread.start(), weak=False)
-    GracefulShutdown(label, stop_first=stop_first).install()
+    GracefulShutdown(label, stop_first=stop_first, stop_last=stop_last).install()
     # One message at a time per pool process: a message waiting behind a long operation in a
     # busy process' prefetch would wait for nothing while another process is free.
     argv = ["worker", "--queues", queue, "--hostname", hostname, "--loglevel", loglevel, "--prefetch-multiplier", "1",
@@ -110,14 +102,11 @@ class Ticker(threading.Thread):
         self.database.succeeded()
 
 
-def heartbeat(name, incarnation) -> Ticker:
-    """A thread that writes ``last_heartbeat`` every AGENT_HEARTBEAT_SECONDS while this run is
-    the current one."""
-    def beat():
-        if not Agent.objects.filter(name=name, incarnation=incarnation).update(last_heartbeat=timezone.now()):
-            logger.warning("agent %s: a newer run has taken the name over", name)
-
-    return Ticker(beat, workflows_settings.AGENT_HEARTBEAT_SECONDS, name=f"heartbeat-{name}")
+def heartbeat(name) -> Ticker:
+    """A thread that reports a heartbeat every AGENT_HEARTBEAT_SECONDS (the managers store it
+    while this run is the agent's current one)."""
+    return Ticker(lambda: link.report(wire.Kind.HEARTBEAT), workflows_settings.AGENT_HEARTBEAT_SECONDS,
+                  name=f"heartbeat-{name}")
 
 
 class GracefulShutdown:
@@ -131,18 +120,29 @@ class GracefulShutdown:
        retryable failure, so another worker (or this one after its restart) runs it again — and
        its process group gets SIGTERM, then SIGKILL after KILL_GRACE_SECONDS; a dispatcher's
        message goes back to the queue.
-    3. ``flush``: with nothing running, Celery acknowledges, closes its connections and exits; a
-       process that has not exited when this phase is over exits at once (status 1).
+    3. ``flush``: the threads in ``stop_last`` (a manager's inbox, which stores what was just
+       handed back) stop once they have nothing left to do; with nothing running, Celery
+       acknowledges, closes its connections and exits; a process that has not exited when this
+       phase is over exits at once (status 1).
 
     The heartbeat goes on until the process exits, so the agent stays online while it finishes.
     """
 
-    def __init__(self, label, *, stop_first=()):
-        self.label, self.stop_first = label, list(stop_first)
+    def __init__(self, label, *, stop_first=(), stop_last=()):
+        self.label, self.stop_first, self.stop_last = label, list(stop_first), list(stop_last)
         self._started = threading.Event()
+        self._flushed = threading.Event()
 
     def install(self):
         worker_shutting_down.connect(self._begin, weak=False)
+        if self.stop_last:
+            worker_shutdown.connect(self._await_flush, weak=False)
+
+    def _await_flush(self, **kwargs):
+        # Celery's main thread, about to exit once nothing runs: the threads of ``stop_last`` are
+        # daemons, and would die with it before they stored what was just handed back.
+        if self._started.is_set():
+            self._flushed.wait(sum(workflows_settings.SHUTDOWN_PHASE_TIMEOUTS.values()))
 
     def _begin(self, sig=None, how=None, **kwargs):
         if how != "Warm" or self._started.is_set():
@@ -166,25 +166,30 @@ class GracefulShutdown:
         if left:
             logger.warning("%s: still running after %ss, handed back: %s", self.label, phases["finish_running"], left)
             hand_back(left, f"handed back: {self.label} shut down before it finished")
+        flush_deadline = time.monotonic() + phases["flush"]
+        for thread in self.stop_last:
+            thread.stop_when_idle()
+        for thread in self.stop_last:
+            if thread.is_alive():
+                thread.join(max(0.0, flush_deadline - time.monotonic()))
+        self._flushed.set()
         close_old_connections()
         connections.close_all()
 
-        time.sleep(phases["flush"])
+        time.sleep(max(0.0, flush_deadline - time.monotonic()))
         logger.error("%s: still not stopped %ss after the last phase began: exiting now", self.label, phases["flush"])
         hard_exit(1)
 
 
 def hand_back(keys, reason):
-    """Record each running attempt of ``keys`` lost (retryable), then stop its process group."""
+    """Report each running attempt of ``keys`` lost (retryable), then stop its process group."""
     for key in keys:
-        if key.startswith(local.DISPATCHER_PREFIX):
-            continue
-        operation_id, _, attempt = key.rpartition(".")
+        attempt = local.parse_attempt_key(key)
+        if attempt is None:
+            continue  # a dispatcher: its message goes back to the queue
         try:
-            with no_fork_meanwhile():
-                operation = Operation.objects.filter(pk=operation_id).first()
-                if operation is not None and operation.attempt == int(attempt) and operation.state == OperationState.STARTED:
-                    reports.record_lost(operation, operation.attempt, reason)
+            link.report(wire.Kind.LOST, operation=attempt[0], attempt=attempt[1], secret=local.secret_of(key),
+                        message=reason)
         except Exception:
             logger.exception("could not hand back %s", key)
     terminate(keys, float(workflows_settings.KILL_GRACE_SECONDS))

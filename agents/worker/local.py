@@ -73,20 +73,52 @@ def running_attempts() -> list[str]:
     return [key for key in running_keys() if not key.startswith(DISPATCHER_PREFIX)]
 
 
-def mark_running(key):
-    """Record that this process (the leader of its own process group) runs ``key``. Every
-    operation and every dispatcher pass does: the directory is made only when the file cannot
-    be written without it."""
+def mark_running(key, secret=""):
+    """Record that this process (the leader of its own process group) runs ``key`` — with the
+    attempt's secret, which the reports about it made by another thread of the worker carry (a
+    kill's, a shutdown's). Every operation and every dispatcher pass does: the directory is made
+    only when the file cannot be written without it."""
     path = _running_path() / key
+    text = f"{os.getpgrp()}\n{secret}"
     try:
-        path.write_text(str(os.getpgrp()))
+        path.write_text(text)
     except FileNotFoundError:
         local_files.private_dir(path.parent)
-        path.write_text(str(os.getpgrp()))
+        path.write_text(text)
 
 
 def mark_done(key):
     (_running_path() / key).unlink(missing_ok=True)
+    (_cancel_path() / key).unlink(missing_ok=True)
+
+
+def secret_of(key) -> str:
+    """The secret recorded with the attempt ``key`` (one this worker made or listed itself)."""
+    try:
+        lines = (running_dir() / key).read_text().splitlines()
+    except OSError:
+        return ""
+    return lines[1] if len(lines) > 1 else ""
+
+
+def _cancel_path(agent_name=None) -> Path:
+    return var_dir() / "agents" / (agent_name or name() or "unnamed") / "cancelled"
+
+
+def request_cancel(keys) -> list[str]:
+    """Note that the attempts ``keys`` are asked to stop (their execution is cancelling, or the
+    step was cancelled), for ``ctx.is_cancelled()`` in their processes. Only keys of attempts
+    running here are noted, looked up as :func:`recorded_groups` does; returns those."""
+    running = list(recorded_groups(keys))
+    if running:
+        directory = local_files.private_dir(_cancel_path())
+        for key in running:
+            (directory / key).touch(mode=local_files.FILE_MODE)
+    return running
+
+
+def cancel_requested(key) -> bool:
+    return (_cancel_path() / key).exists()
 
 
 def process_group_of(key):
@@ -116,7 +148,7 @@ def recorded_group(entry: Path):
     own group is ever recorded: 0 and 1 (``killpg`` would reach the caller's own group, or
     init's) are not process groups of an operation."""
     try:
-        pgid = int(entry.read_text())
+        pgid = int(entry.read_text().split("\n", 1)[0])
     except (OSError, ValueError):
         return None
     return pgid if pgid > 1 else None
@@ -130,6 +162,8 @@ def running_here(operation_id, attempt) -> bool:
 
 def kill_leftovers(agent_name) -> list[int]:
     """SIGKILL every process group an earlier run of ``agent_name`` left on this host."""
+    for entry in local_files.private_dir(_cancel_path(agent_name)).iterdir():
+        entry.unlink(missing_ok=True)
     killed = []
     for entry in running_dir(agent_name).iterdir():
         pgid = recorded_group(entry)

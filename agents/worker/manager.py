@@ -31,7 +31,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from agents.models import Agent
-from agents.worker import local
+from agents.worker import inbox, local
 from agents.worker.forks import no_fork_meanwhile
 from workflows_app import dispatch, outages, retention
 from workflows_app.conf import workflows_settings
@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 #: How long a starting manager waits for the workers' answers.
 REPLY_SECONDS = 2.0
+#: How long, at most, it then stores the reports waiting before it judges what was lost.
+DRAIN_SECONDS = 10.0
 #: Seconds between two ticks.
 TICK_SECONDS = 0.5
 #: The first purge of RETENTION_DAYS comes this long after the manager's first tick — not while
@@ -60,6 +62,7 @@ def on_start():
         recovery.broker_watch.check(every=0)  # the broker as it is now: a later restart of it is noticed
     except Exception:  # the broker is not up yet: the tick looks again
         logger.exception("could not reach the broker")
+    inbox.give_back_held()  # Redis: what a manager that died held comes back for the drain below
     killed = kill_orphaned_operations()
     if killed:
         logger.warning("killed %d operation process group(s) an earlier manager on this host left: %s", len(killed), killed)
@@ -77,6 +80,10 @@ def carry_on():
     except Exception:  # the broker is not up yet: heartbeats and the tick reconcile later
         logger.exception("could not ask the workers what they run; started operations are left to their heartbeats")
         started = []
+    if started:
+        # What ended reported before its worker stopped listing it as running: store those
+        # reports first, or an attempt that ended would be taken for lost and run again.
+        inbox.Inbox().drain(DRAIN_SECONDS)
     lost = reconcile_started(started, answers) if started else 0
     resent = recovery.resend_in_flight()
     executions = recovery.carry_on_executions()

@@ -75,6 +75,7 @@ def stack(request, tmp_path, transactional_db, monkeypatch):
         finally:
             the_stack.close(failed=_failed(request.node))
         if not _failed(request.node):
+            the_stack.assert_agents_used_no_database()
             assert_every_ended_execution_consistent()
 
 

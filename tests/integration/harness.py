@@ -48,6 +48,12 @@ WORKFLOW_MODULES = "tests.workflows"
 #: Where test operations append one line per invocation (a directory, one file per tag).
 MARKERS_ENV = "SWITCHYARD_TEST_MARKERS"
 
+#: The ``DATABASE_URL`` of every agent a stack starts: an address where nothing listens. An agent
+#: holds broker credentials only, so any query it made would fail the test.
+NO_DATABASE_URL = "postgres://switchyard@127.0.0.1:9/no_database_for_agents?connect_timeout=1"
+#: What an agent's log says when something in it tried that address.
+NO_DATABASE_TRIED = 'port 9 failed'
+
 #: Seconds between SIGTERM and SIGKILL when a process is stopped or torn down.
 TERM_TIMEOUT = 10.0
 POLL = 0.1
@@ -266,8 +272,10 @@ class Stack:
         return self.manage(name, *args)
 
     def start_agent(self, name, concurrency=2) -> StackProcess:
-        """``run_agent NAME``: pass a name from :meth:`agent_name`."""
-        return self.manage(name, "run_agent", name, "--concurrency", str(concurrency), "--loglevel", "INFO")
+        """``run_agent NAME``: pass a name from :meth:`agent_name`. It is given no database
+        (:data:`NO_DATABASE_URL`): agents reach the system through the broker only."""
+        return self.manage(name, "run_agent", name, "--concurrency", str(concurrency), "--loglevel", "INFO",
+                           env={"DATABASE_URL": NO_DATABASE_URL})
 
     def stop(self, proc, sig=signal.SIGTERM, timeout=TERM_TIMEOUT):
         """Send ``sig`` to the process group; after ``timeout`` s SIGKILL the group and every
@@ -363,6 +371,13 @@ class Stack:
                             channel.close()
         except Exception as exc:  # the broker is gone (a test stopped it): nothing to clean
             print(f"could not delete the test's queues on {url}: {exc}", file=sys.stderr)
+
+    def assert_agents_used_no_database(self):
+        """Fail when an agent of this stack tried to reach a database (its log says so: whatever
+        tried it, an operation's failure, a thread's logged error)."""
+        for proc in self.processes:
+            if "run_agent" in proc.argv and NO_DATABASE_TRIED in proc.log_text():
+                raise AssertionError(f"{proc.describe()} tried to reach a database; its log:\n{proc.log_tail(100)}")
 
     def report_logs(self) -> str:
         parts = []

@@ -15,7 +15,7 @@ from django.conf import settings
 
 from tests import workflows as wf
 from tests.integration.harness import assert_operation_events_consistent, describe_execution
-from workflows_app import services
+from workflows_app import services, signing
 from workflows_app.models import Event, Operation
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import EXECUTION_TERMINAL, FailureMode
@@ -395,7 +395,8 @@ def test_a_message_delivered_twice_runs_the_operation_once(stack):
     assert len(stack.invocations("once")) == 1
 
     # The same attempt's message again, as Redis' visibility timeout or a requeue would deliver it.
-    app.send_task(RUNNER_TASK, args=[str(op.id), op.attempt], task_id=op.task_id, queue=op.agent)
+    app.send_task(RUNNER_TASK, args=[str(op.id), op.attempt], task_id=op.task_id, queue=op.agent,
+                  kwargs={"secret": signing.attempt_secret(op.id, op.attempt, op.agent)})
 
     def recorded():
         return Event.objects.filter(execution_id=execution.pk, operation="once", id__gt=succeeded.id,

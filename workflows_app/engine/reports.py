@@ -34,8 +34,7 @@ def record_success(operation, attempt, result):
     try:
         values.check(result, "result")
     except ValueRefused as refused:
-        return record_failure(operation, attempt, {"type": "ValueRefused", "message": f"the operation's {refused}",
-                                                   "traceback": ""}, retryable=False)
+        return record_failure(operation, attempt, unstorable_result(refused), retryable=False)
     with transaction.atomic():
         try:
             # The execution's row FOR SHARE (in the same statement on PostgreSQL): completions of
@@ -59,6 +58,11 @@ def record_success(operation, attempt, result):
             # of a failed step; until it has, only the idle check can wake the workflow.)
             transaction.on_commit(lambda: _wake_if_idle(execution))
     return True
+
+
+def unstorable_result(refused) -> dict:
+    """The error of an attempt whose result ``values.check`` refused (``refused``)."""
+    return {"type": "ValueRefused", "message": f"the operation's {refused}", "traceback": ""}
 
 
 def _wake_if_idle(execution):

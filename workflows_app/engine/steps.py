@@ -169,6 +169,8 @@ def cancel(execution, operations, message, *, error=None, stop_processes=True, d
     if unsent:
         task_ids = [op.task_id for op in unsent]
         transaction.on_commit(lambda: dispatch.revoke(task_ids))
+    if running:
+        ask_to_stop([(op.pk, op.attempt) for op in running])
     if running and stop_processes:
         stop_attempts(execution.pk, [(op.pk, op.attempt) for op in running])
     if dependents and cancelled:
@@ -216,6 +218,14 @@ def cancel_dependents(execution, roots, known=None):
             if cancel(execution, [dependent], message, error=cancelled_error(message, root.name)):
                 following[dependent.pk] = root
         cause = following
+
+
+def ask_to_stop(attempts):
+    """Once this commits: ``ctx.is_cancelled()`` becomes true in the processes running
+    ``attempts`` (pairs of operation id and attempt), on whichever agent runs them."""
+    attempts = list(attempts)
+    if attempts:
+        transaction.on_commit(lambda: dispatch.broadcast_cancel(attempts))
 
 
 def stop_attempts(execution_id, attempts, *, dispatcher=False):

@@ -81,7 +81,11 @@ def _cancel(execution):
     (they see ``ctx.is_cancelled()``); once none runs, ``cancelled``."""
     steps.cancel_in_states(execution, OPERATION_NOT_STARTED, "cancelled: the execution is cancelling")
     cancel_children(execution)
-    if not Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE).exists():
+    running = list(Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE, kind=StepKind.OPERATION)
+                   .values_list("pk", "attempt"))
+    if running:
+        steps.ask_to_stop(running)  # again on every pass: a worker that missed the last ask hears this one
+    elif not Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE).exists():
         execution_transition(execution, ExecutionStatus.CANCELLED, message="cancelled: no operation runs any more")
 
 

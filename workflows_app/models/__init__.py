@@ -1,9 +1,10 @@
 """The stored state of Switchyard: executions, operations with their dependencies, events, and
-the waits of suspended workflows."""
+the waits of suspended workflows, and the key that signs what is sent to agents."""
 
 from workflows_app.models.event import Event
 from workflows_app.models.execution import Execution
 from workflows_app.models.operation import Operation, OperationDependency
+from workflows_app.models.signing_key import SigningKey
 from workflows_app.models.wait import Wait
 
-__all__ = ["Event", "Execution", "Operation", "OperationDependency", "Wait"]
+__all__ = ["Event", "Execution", "Operation", "OperationDependency", "SigningKey", "Wait"]

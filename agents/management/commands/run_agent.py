@@ -23,6 +23,6 @@ class Command(BaseCommand):
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
         load_workflow_modules()
-        incarnation = begin(name, concurrency=concurrency)
+        begin(name, concurrency=concurrency)
         run_worker(f"agent {name}", queue=name, hostname=f"{name}@{socket.gethostname()}", concurrency=concurrency,
-                   loglevel=loglevel, threads=[heartbeat(name, incarnation)])
+                   loglevel=loglevel, threads=[heartbeat(name)])

@@ -1,12 +1,13 @@
 """``manage.py run_manager``: a Celery worker on the management queue that runs dispatchers
-(and operations that name no agent), plus the tick that keeps every stored deadline."""
+(and operations that name no agent), the inbox that stores what agents report, and the tick that
+keeps every stored deadline."""
 
 import socket
 import uuid
 
 from django.core.management.base import BaseCommand
 
-from agents.worker import manager
+from agents.worker import inbox, manager
 from agents.worker.lifecycle import Ticker, begin, run_worker
 from workflows_app.conf import workflows_settings
 from workflows_app.registry import load_workflow_modules
@@ -25,6 +26,6 @@ class Command(BaseCommand):
         # Any manager carries on every execution: nothing belongs to one process (SPEC §9).
         manager.on_start()
         incarnation = begin(queue, register=False)
-        ticker = Ticker(manager.Tick(), manager.TICK_SECONDS)
+        ticker, reports = Ticker(manager.Tick(), manager.TICK_SECONDS), inbox.Inbox()
         run_worker(f"manager {incarnation[:8]}", queue=queue, hostname=f"manager-{uuid.uuid4().hex[:8]}@{socket.gethostname()}",
-                   concurrency=concurrency, loglevel=loglevel, threads=[ticker], stop_first=[ticker])
+                   concurrency=concurrency, loglevel=loglevel, threads=[reports, ticker], stop_first=[ticker], stop_last=[reports])

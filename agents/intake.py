@@ -1,0 +1,245 @@
+"""What a manager does with the reports agents send (``workflows_app.wire``): the one place where
+what an agent says enters the database.
+
+:func:`take` stores a batch of reports in one transaction, in any order and any number of times:
+
+* a **claim** is fencing (§5 of the engine's rules): the attempt starts only if it is still its
+  operation's current attempt, the operation waits for it (``sending``/``sent``) and its
+  execution is ``started``; the answer says so, with what to run (the operation, its arguments,
+  the input a canvas passes on, whether it is a dry run);
+* an **outcome** is recorded by ``engine.reports`` (a report of an attempt that is no longer
+  current is kept as a ``stale_report`` event and changes nothing);
+* ``ctx.log`` lines, attempts that will never report (``lost``), processes gone after a kill,
+  heartbeats and registrations of agent runs.
+
+A report about an attempt is stored only when it carries that attempt's secret, made for the
+agent the attempt was sent to (``workflows_app.signing``): an agent cannot speak for another
+agent's operations, or for an execution it was sent nothing of. A report that is malformed or
+that fails that test changes nothing and is logged.
+"""
+
+import logging
+from collections import defaultdict
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Agent
+from workflows_app import values, wire
+from workflows_app.engine import reports
+from workflows_app.engine.graph import resolve
+from workflows_app.errors import TransitionRefused, ValueRefused
+from workflows_app.models import Operation
+from workflows_app.signing import is_attempt_secret
+from workflows_app.states import EventType, ExecutionStatus, OperationState
+from workflows_app.transitions import claim_operation, operation_transition, record_event
+
+logger = logging.getLogger(__name__)
+
+
+def take(bodies) -> list[tuple[str, dict]]:
+    """Store the reports ``bodies`` (decoded JSON documents) in one transaction. Returns the
+    answers to their claims, ``(reply queue, answer)``, to be sent once it committed."""
+    parsed = []
+    for body in bodies:
+        try:
+            parsed.append(wire.parse(body))
+        except wire.Malformed as exc:
+            logger.warning("report refused: %s", exc)
+    answers = []
+    with transaction.atomic():
+        attempts = [r for r in parsed if r["kind"] in wire.ATTEMPT_KINDS and _signed(r)]
+        operations = Operation.objects.select_related("execution").in_bulk({r["operation"] for r in attempts})
+        # One order for every manager's batch (execution, then operation): two batches that lock
+        # the same rows take them in the same order.
+        attempts.sort(key=lambda r: (str(getattr(operations.get(_pk(r)), "execution_id", "")), r["operation"]))
+        for report in attempts:
+            operation = operations.get(_pk(report))
+            if operation is None:
+                logger.warning("%s report of agent %s for operation %s, which does not exist: ignored",
+                               report["kind"], report["agent"], report["operation"])
+                continue
+            if operation.agent != report["agent"]:  # its secret was made for the agent it names: not sent there
+                logger.warning("%s report of agent %s for operation %s, which was sent to %s: ignored",
+                               report["kind"], report["agent"], report["operation"], operation.agent)
+                continue
+            answer = HANDLERS[report["kind"]](report, operation)
+            if report["kind"] == wire.Kind.CLAIM:
+                answers.append((report["reply_to"], {"id": report["id"], **answer}))
+        gone = [r for r in parsed if r["kind"] == wire.Kind.GONE]
+        if gone:
+            _gone(gone)
+        _agents([r for r in parsed if r["kind"] in (wire.Kind.HEARTBEAT, wire.Kind.REGISTER)])
+    return answers
+
+
+def _pk(report):
+    return Operation._meta.pk.to_python(report["operation"])
+
+
+def _signed(report) -> bool:
+    """Whether the report carries the secret of its attempt, for the agent it names."""
+    if is_attempt_secret(report["secret"], report["operation"], report["attempt"], report["agent"]):
+        if report["kind"] != wire.Kind.CLAIM or report["reply_to"].startswith(wire.reply_prefix(report["agent"])):
+            return True
+        logger.warning("claim of agent %s for attempt %s of operation %s refused: its answer would go to %r, "
+                       "not a reply queue of that agent", report["agent"], report["attempt"], report["operation"],
+                       report["reply_to"])
+        return False
+    logger.warning("%s report of agent %s for attempt %s of operation %s refused: not the attempt's secret for that agent",
+                   report["kind"], report["agent"], report["attempt"], report["operation"])
+    return False
+
+
+# --- claims ----------------------------------------------------------------------------------
+
+def _claim(report, operation) -> dict:
+    """Fencing: move the attempt to ``started`` if, and only if, it may start now."""
+    attempt = report["attempt"]
+    data = {"agent": report["agent"], "incarnation": report["incarnation"], "pid": report["pid"]}
+    # The common case in one statement (PostgreSQL): the attempt is current, sent, its execution started.
+    claimed = claim_operation(operation.pk, attempt, incarnation=report["incarnation"], data=data)
+    if claimed is not None:
+        return _run(claimed, claimed.dry_run)
+    operation = Operation.objects.select_related("execution").get(pk=operation.pk)  # as it is now
+    refused = _refusal(operation, attempt, report, data)
+    if refused is not None:
+        return refused
+    return _run(operation, operation.execution.is_dry_run)
+
+
+def _refusal(operation, attempt, report, data):
+    """None when the attempt was moved to ``started`` here; else the answer that says why not."""
+    if attempt != operation.attempt:
+        return _drop(operation, attempt, f"attempt {operation.attempt} is current")
+    if operation.execution.status != ExecutionStatus.STARTED:
+        return _drop(operation, attempt, f"the execution is {operation.execution.status}")
+    if operation.state == OperationState.STARTED:
+        # A second delivery of a started attempt: the agent that started it still runs it, or
+        # (when it is the run asking) its pool process died with it. Only the agent can tell.
+        return {"verdict": wire.Verdict.STARTED, "incarnation": operation.incarnation}
+    if operation.state == OperationState.SENDING:
+        # The message overtook its sender's own sending -> sent write; the two race, and
+        # whichever loses must not drop the attempt: either way it is now sent.
+        try:
+            operation_transition(operation, OperationState.SENT, attempt=attempt)
+        except TransitionRefused:
+            operation.refresh_from_db(fields=["state", "attempt", "incarnation"])
+            if operation.attempt != attempt or operation.state != OperationState.SENT:
+                return _drop(operation, attempt, f"it is {operation.state} (attempt {operation.attempt}) now")
+    try:
+        operation_transition(operation, OperationState.STARTED, attempt=attempt, incarnation=report["incarnation"], data=data)
+    except TransitionRefused as refused:
+        return _drop(operation, attempt, str(refused))
+    return None
+
+
+def _drop(operation, attempt, why) -> dict:
+    logger.info("operation %s attempt %s dropped: %s", operation.pk, attempt, why)
+    record_event(operation.execution_id, EventType.LOG, f"delivery of attempt {attempt} dropped: {why}",
+                 {"attempt": attempt, "fenced": True}, operation=operation.name)
+    return {"verdict": wire.Verdict.DROP, "reason": why}
+
+
+def _run(operation, dry_run) -> dict:
+    """The answer that starts the attempt: everything the agent needs to run it, and nothing else."""
+    args = list(operation.args)
+    if operation.input is not None:
+        args.insert(0, _input(operation))
+    return {"verdict": wire.Verdict.RUN, "operation": operation.operation, "execution": str(operation.execution_id),
+            "step": operation.name, "args": args, "kwargs": operation.kwargs, "dry_run": bool(dry_run)}
+
+
+def _input(operation):
+    """The first argument a canvas passes on (a result, or a list of them), from its dependencies."""
+    results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
+                   .values_list("name", "result"))
+    return resolve(operation.input, results)
+
+
+def _input_names(data):
+    if "result" in data:
+        return [data["result"]]
+    return [name for item in data["list"] for name in _input_names(item)]
+
+
+# --- what an attempt did --------------------------------------------------------------------
+
+def _outcome(report, operation):
+    attempt, error = report["attempt"], report["error"]
+    if report["outcome"] == wire.Outcome.SUCCEEDED:
+        reports.record_success(operation, attempt, report["result"])
+    elif report["outcome"] == wire.Outcome.CANCELLED:
+        reports.record_cancelled(operation, attempt, error)
+    else:
+        reports.record_failure(operation, attempt, error, retryable=report["retryable"], retry_after=report["retry_after"])
+
+
+def _log(report, operation):
+    try:
+        reports.record_log(operation.execution_id, operation.name, report["message"], report["data"])
+    except ValueRefused as refused:  # the agent checks it too: only a forged or odd report gets here
+        logger.warning("log of %s refused: %s", operation.name, refused)
+
+
+def _lost(report, operation):
+    """An attempt that will never report: its pool process died, its message was revoked, its
+    agent handed it back when it shut down. Lost, a retryable failure, if it is still current
+    and not over; a message that overtook its sender's write of ``sent`` is sent first."""
+    attempt = report["attempt"]
+    if operation.attempt != attempt or operation.is_terminal or operation.state == OperationState.RESCHEDULED:
+        return
+    if operation.state == OperationState.PENDING:
+        return
+    if operation.state == OperationState.SENDING:
+        try:
+            operation_transition(operation, OperationState.SENT, attempt=attempt)
+        except TransitionRefused:
+            return
+    reports.record_lost(operation, attempt, values.clean_text(report["message"]))
+
+
+HANDLERS = {wire.Kind.CLAIM: _claim, wire.Kind.OUTCOME: _outcome, wire.Kind.LOG: _log, wire.Kind.LOST: _lost}
+
+
+def _gone(gone_reports):
+    """The processes of these attempts are gone (after a kill): each signed one is recorded."""
+    attempts = [(pk, attempt) for report in gone_reports for pk, attempt, secret in report["attempts"]
+                if is_attempt_secret(secret, pk, attempt, report["agent"])]
+    refused = sum(len(report["attempts"]) for report in gone_reports) - len(attempts)
+    if refused:
+        logger.warning("%d attempt(s) of reports that processes are gone refused: not their secrets", refused)
+    if attempts:
+        reports.record_processes_gone(attempts)
+
+
+# --- the agents' runs -------------------------------------------------------------------------
+
+def _agents(agent_reports):
+    """Registrations (a run of an agent begins) and heartbeats, the last of each agent's run once."""
+    registered = {}
+    beating = defaultdict(set)
+    for report in agent_reports:
+        if report["kind"] == wire.Kind.REGISTER:
+            registered[report["agent"]] = report
+        else:
+            beating[report["agent"]].add(report["incarnation"])
+    for report in registered.values():
+        register(report["agent"], report["incarnation"], hostname=report["hostname"], pid=report["pid"],
+                 concurrency=report["concurrency"])
+    now = timezone.now()
+    for name, incarnations in beating.items():
+        if not Agent.objects.filter(name=name, incarnation__in=incarnations).update(last_heartbeat=now):
+            logger.info("heartbeat of agent %s (run %s), which is not its current run: ignored", name, sorted(incarnations))
+
+
+def register(name, incarnation, *, hostname, pid, concurrency):
+    """A run of agent ``name`` begins: its row says so, and whatever an earlier run of it left
+    ``started`` was lost with that run (a retryable failure)."""
+    now = timezone.now()
+    Agent.objects.update_or_create(name=name, defaults={
+        "incarnation": incarnation, "hostname": hostname, "pid": pid,
+        "concurrency": concurrency, "started_at": now, "last_heartbeat": now})
+    lost = Operation.objects.filter(agent=name, state=OperationState.STARTED).exclude(incarnation=incarnation)
+    for operation in lost:
+        reports.record_lost(operation, operation.attempt, f"lost: agent {name} started again")

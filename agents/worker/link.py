@@ -1,0 +1,150 @@
+"""A worker process' line to the managers, through the broker only: the reports it publishes
+(``workflows_app.wire``) and the answers to its claims. Agents hold no database credentials; a
+manager's own pool processes use the same line, so an operation runs the same way wherever it runs.
+
+Each process has its own connection (a pool process makes one after the fork; the threads of a
+main process — heartbeat, kill, shutdown — share one under a lock). A report is in the broker's
+hands when :func:`report` returns: on RabbitMQ the connection uses publisher confirms, on Redis the
+push is the write. A claim waits for its answer on the process' own reply queue, whose name starts
+with the agent's (:func:`workflows_app.wire.reply_queue`), so an agent's broker account may read it.
+"""
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+import kombu
+from celery import current_app
+
+from agents.worker import local
+from workflows_app import wire
+
+logger = logging.getLogger(__name__)
+
+#: Tries of a publish while the broker does not answer (kombu reconnects between them).
+PUBLISH_RETRIES = 20
+#: The longest pause between two of them.
+PUBLISH_RETRY_MAX_SECONDS = 2.0
+
+
+class Unreachable(Exception):
+    """The broker did not take a report (after PUBLISH_RETRIES tries)."""
+
+
+class Link:
+    """One process' connection to the managers."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.connection = None
+        self.producer = None
+        self.consumer = None
+        self.reply_to = None
+        self.waiting = None
+        self.answer = None
+
+    # --- the connection ----------------------------------------------------------------------
+    def _connect(self):
+        if self.connection is None:
+            app = current_app._get_current_object()
+            url = app.conf.broker_write_url or app.conf.broker_url
+            options = {"confirm_publish": True} if str(url).startswith(("amqp", "pyamqp")) else {}
+            self.connection = app.connection_for_write(heartbeat=0, transport_options=options)
+            self.producer = kombu.Producer(self.connection, serializer="json")
+        return self.connection
+
+    def close(self):
+        for part in (self.consumer, self.connection):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # noqa: BLE001 — a broken connection is dropped all the same
+                    pass
+        self.connection = self.producer = self.consumer = None
+
+    # --- reports -----------------------------------------------------------------------------
+    def report(self, kind, **fields):
+        """Publish a report of ``kind`` for this run of this agent; returns once the broker has it.
+        :class:`Unreachable` when it does not take it."""
+        body = {"kind": str(kind), "agent": local.name(), "incarnation": local.incarnation(), **fields}
+        queue = kombu.Queue(wire.reports_queue(), durable=True)
+        with self.lock:
+            connection = self._connect()
+            try:
+                publish = connection.ensure(self.producer, self.producer.publish, max_retries=PUBLISH_RETRIES,
+                                            interval_start=0.1, interval_step=0.5, interval_max=PUBLISH_RETRY_MAX_SECONDS)
+                publish(body, exchange="", routing_key=queue.name, declare=[queue], delivery_mode=2)
+            except Exception as exc:
+                self.close()
+                raise Unreachable(f"the broker did not take a {kind} report: {exc}") from exc
+
+    # --- claims ------------------------------------------------------------------------------
+    def claim(self, operation_id, attempt, secret, timeout):
+        """Ask the managers whether this delivery may start the attempt; their answer (a dict with
+        a ``verdict``), or None when none came within ``timeout`` seconds."""
+        with self.lock:
+            self.waiting, self.answer = uuid.uuid4().hex, None
+            try:
+                self._listen()
+                self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt, secret=secret,
+                            pid=os.getpid(), reply_to=self.reply_to, id=self.waiting)
+                deadline = time.monotonic() + timeout
+                while self.answer is None and time.monotonic() < deadline:
+                    try:
+                        self.connection.drain_events(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
+                    except socket.timeout:
+                        continue
+                return self.answer
+            except Unreachable:
+                logger.warning("claim of attempt %s of %s not sent: the broker is unreachable", attempt, operation_id)
+                return None
+            except Exception as exc:  # noqa: BLE001 — the connection broke: no answer, the message goes back
+                logger.warning("claim of attempt %s of %s got no answer: %s", attempt, operation_id, exc)
+                self.close()
+                return None
+            finally:
+                self.waiting = None
+
+    def _listen(self):
+        if self.consumer is not None:
+            return
+        connection = self._connect()
+        self.reply_to = wire.reply_queue(local.name() or "unnamed", socket.gethostname(), os.getpid())
+        queue = kombu.Queue(self.reply_to, durable=False, auto_delete=True)
+        self.consumer = kombu.Consumer(connection.channel(), queues=[queue], callbacks=[self._on_answer],
+                                       accept=["json"], no_ack=True, on_decode_error=_refuse)
+        self.consumer.consume()
+
+    def _on_answer(self, body, message):
+        # An answer to an earlier claim that came too late is not this one's: dropped.
+        if isinstance(body, dict) and self.waiting is not None and body.get("id") == self.waiting:
+            self.answer = body
+
+
+def _refuse(message, exc):
+    logger.warning("refused an answer of type %s, unread: %s", message.content_type, exc)
+
+
+_link = Link()
+
+
+def _forget_after_fork():
+    # A pool process must never use its parent's connection: it makes its own.
+    global _link
+    _link = Link()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def report(kind, **fields):
+    """:meth:`Link.report` on this process' link."""
+    _link.report(kind, **fields)
+
+
+def claim(operation_id, attempt, secret, timeout):
+    """:meth:`Link.claim` on this process' link."""
+    return _link.claim(operation_id, attempt, secret, timeout)

@@ -1,0 +1,170 @@
+"""The managers' intake (``agents.intake.take``): what agents report enters the database only when
+it is well formed and carries the secret of its attempt for the agent that reports it; reports are
+stored in batches, in any order, any number of times."""
+
+import logging
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents import intake
+from agents.models import Agent
+from workflows_app import signing, wire
+from workflows_app.models import Event, Operation
+from workflows_app.states import EventType, ExecutionStatus, OperationState
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox")]
+
+AGENT = "host-1"
+
+
+def signed(kind, operation, attempt=None, agent=AGENT, secret=None, **fields):
+    attempt = operation.attempt if attempt is None else attempt
+    body = {"kind": kind, "agent": agent, "incarnation": "run-1", "operation": str(operation.pk), "attempt": attempt,
+            "secret": signing.attempt_secret(operation.pk, attempt, AGENT) if secret is None else secret, **fields}
+    if kind == "claim":
+        body.setdefault("pid", 1)
+        body.setdefault("reply_to", wire.reply_queue(agent, "box", 1))
+        body.setdefault("id", "c1")
+    return body
+
+
+def success(operation, result="done", **options):
+    return signed("outcome", operation, outcome="succeeded", result=result, **options)
+
+
+@pytest.fixture
+def started(make_operation):
+    return make_operation(OperationState.STARTED, agent=AGENT, attempt=1, incarnation="run-1", started_at=timezone.now())
+
+
+def test_an_outcome_with_its_secret_is_stored(started):
+    assert intake.take([success(started)]) == []
+    started.refresh_from_db()
+    assert (started.state, started.result) == (OperationState.SUCCEEDED, "done")
+
+
+@pytest.mark.parametrize("forgery", [
+    {"secret": "0" * 64},  # a guess
+    {"agent": "host-2"},  # another agent speaking for host-1's operation with host-1's secret
+    {"attempt": 2},  # the secret of attempt 1 for another attempt
+])
+def test_a_forged_outcome_changes_nothing_and_is_logged(started, forgery, caplog):
+    body = success(started, result="forged")
+    body.update(forgery)
+    with caplog.at_level(logging.WARNING, logger="agents.intake"):
+        intake.take([body])
+    started.refresh_from_db()
+    assert (started.state, started.result) == (OperationState.STARTED, None)
+    assert not Event.objects.filter(execution_id=started.execution_id, type=EventType.STALE_REPORT).exists()
+    assert "not the attempt's secret for that agent" in caplog.text
+
+
+def test_a_report_for_an_operation_that_does_not_exist_changes_nothing_and_is_logged(started, caplog):
+    ghost = Operation(pk=uuid.uuid4(), attempt=1, agent=AGENT)
+    with caplog.at_level(logging.WARNING, logger="agents.intake"):
+        intake.take([success(ghost)])
+    assert "which does not exist" in caplog.text
+    assert Event.objects.count() == 0
+
+
+@pytest.mark.parametrize("body", [
+    "not an object", [], {}, {"kind": "nonsense", "agent": AGENT, "incarnation": ""},
+    {"kind": "outcome", "agent": AGENT, "incarnation": "", "operation": "not-a-uuid", "attempt": 1, "secret": ""},
+    {"kind": "outcome", "agent": "", "incarnation": "", "operation": str(uuid.uuid4()), "attempt": 1, "secret": ""},
+    {"kind": "heartbeat", "agent": AGENT},
+    {"kind": "gone", "agent": AGENT, "incarnation": "", "attempts": [["x", 1]]},
+    {"kind": "claim", "agent": AGENT, "incarnation": "", "operation": str(uuid.uuid4()), "attempt": True, "secret": ""},
+])
+def test_a_malformed_report_is_refused_and_the_rest_of_its_batch_is_stored(started, body, caplog):
+    with caplog.at_level(logging.WARNING, logger="agents.intake"):
+        intake.take([body, success(started)])
+    assert "report refused" in caplog.text
+    started.refresh_from_db()
+    assert started.state == OperationState.SUCCEEDED
+
+
+def test_a_batch_stores_its_reports_in_any_order_and_each_only_once(make_execution, make_operation):
+    execution = make_execution()
+    ops = [make_operation(OperationState.STARTED, execution, name=f"s{i}", agent=AGENT, attempt=1) for i in range(5)]
+    reports = [success(op, result=i) for i, op in enumerate(ops)]
+    intake.take(list(reversed(reports)) + reports[:2])  # backwards, and two of them twice
+    assert sorted(Operation.objects.filter(execution=execution).values_list("result", flat=True)) == [0, 1, 2, 3, 4]
+    stale = Event.objects.filter(execution=execution, type=EventType.STALE_REPORT)
+    assert stale.count() == 2, "a duplicate is kept as a stale report and changes nothing"
+
+
+def test_a_claim_is_answered_with_what_to_run_and_nothing_else(make_execution, make_operation):
+    execution = make_execution(parameters={"password": "hunter2"})
+    first = make_operation(OperationState.SUCCEEDED, execution, name="first", agent=AGENT, attempt=1, result=[1, 2])
+    sent = make_operation(OperationState.SENT, execution, name="second", operation="add", agent=AGENT, attempt=1,
+                          args=[3], kwargs={"y": 4}, input={"result": first.name})
+    [(reply_to, answer)] = intake.take([signed("claim", sent, id="the-claim")])
+    assert reply_to == wire.reply_queue(AGENT, "box", 1)
+    assert answer == {"id": "the-claim", "verdict": "run", "operation": "add", "execution": str(execution.pk),
+                      "step": "second", "args": [[1, 2], 3], "kwargs": {"y": 4}, "dry_run": False}
+    sent.refresh_from_db()
+    assert (sent.state, sent.incarnation) == (OperationState.STARTED, "run-1")
+
+
+def test_a_claim_whose_answer_would_go_to_another_agents_queue_is_refused(make_operation):
+    sent = make_operation(OperationState.SENT, agent=AGENT, attempt=1)
+    assert intake.take([signed("claim", sent, reply_to="host-2.replies.box.1")]) == []
+    assert intake.take([signed("claim", sent, reply_to=AGENT)]) == [], "nor into the agent's own task queue"
+    sent.refresh_from_db()
+    assert sent.state == OperationState.SENT
+
+
+def test_a_claim_of_a_started_attempt_says_which_run_started_it(started):
+    [(_, answer)] = intake.take([signed("claim", started)])
+    assert answer["verdict"] == "started" and answer["incarnation"] == "run-1"
+
+
+def test_a_claim_of_a_cancelled_execution_is_dropped(make_execution, make_operation):
+    sent = make_operation(OperationState.SENT, make_execution(ExecutionStatus.CANCELLING), agent=AGENT, attempt=1)
+    [(_, answer)] = intake.take([signed("claim", sent)])
+    assert answer["verdict"] == "drop" and "cancelling" in answer["reason"]
+
+
+def test_a_lost_attempt_is_rescheduled_once_and_a_stale_one_changes_nothing(started):
+    intake.take([signed("lost", started, message="its worker process was lost")] * 2)
+    started.refresh_from_db()
+    assert (started.state, started.error["type"], started.current_retries) == (OperationState.RESCHEDULED, "WorkerLost", 1)
+
+
+def test_processes_gone_are_recorded_only_for_signed_attempts(started):
+    other = Operation.objects.create(execution=started.execution, name="other", operation="noop", agent=AGENT,
+                                     state=OperationState.STARTED, attempt=1)
+    intake.take([{"kind": "gone", "agent": AGENT, "incarnation": "run-1", "attempts": [
+        [str(started.pk), 1, signing.attempt_secret(started.pk, 1, AGENT)], [str(other.pk), 1, "forged"]]}])
+    gone = Event.objects.filter(type=EventType.LOG, data__has_key="processes_gone")
+    assert list(gone.values_list("operation", flat=True)) == [started.name]
+
+
+def test_a_registration_declares_lost_what_earlier_runs_left_started_and_heartbeats_keep_the_current_run(started):
+    Agent.objects.create(name=AGENT, incarnation="run-1", last_heartbeat=timezone.now() - timedelta(minutes=5))
+    run = {"agent": AGENT, "incarnation": "run-2"}
+    intake.take([{"kind": "register", **run, "hostname": "box", "pid": 7, "concurrency": 3}])
+    agent = Agent.objects.get(name=AGENT)
+    assert (agent.incarnation, agent.hostname, agent.pid, agent.concurrency) == ("run-2", "box", 7, 3)
+    started.refresh_from_db()
+    assert started.state == OperationState.RESCHEDULED and "started again" in started.error["message"]
+
+    long_ago = timezone.now() - timedelta(minutes=5)
+    Agent.objects.filter(name=AGENT).update(last_heartbeat=long_ago)
+    intake.take([{"kind": "heartbeat", "agent": AGENT, "incarnation": "run-1"}])
+    assert Agent.objects.get(name=AGENT).last_heartbeat == long_ago, "an earlier run's heartbeat is not this run's"
+    intake.take([{"kind": "heartbeat", **run}])
+    assert Agent.objects.get(name=AGENT).last_heartbeat > long_ago
+
+
+def test_a_report_signed_for_an_agent_the_operation_was_not_sent_to_changes_nothing(started, caplog):
+    body = success(started, result="forged", agent="host-2",
+                   secret=signing.attempt_secret(started.pk, started.attempt, "host-2"))
+    with caplog.at_level(logging.WARNING, logger="agents.intake"):
+        intake.take([body])
+    started.refresh_from_db()
+    assert (started.state, started.result) == (OperationState.STARTED, None)
+    assert f"which was sent to {AGENT}: ignored" in caplog.text
