@@ -229,7 +229,13 @@ def _agents(agent_reports):
                  concurrency=report["concurrency"])
     now = timezone.now()
     for name, incarnations in beating.items():
-        if not Agent.objects.filter(name=name, incarnation__in=incarnations).update(last_heartbeat=now):
+        if Agent.objects.filter(name=name, incarnation__in=incarnations).update(last_heartbeat=now):
+            continue
+        # An agent with no row: its registration found no manager's queue to go to (the very
+        # first start of a deployment). Its heartbeat registers it.
+        _, created = Agent.objects.get_or_create(name=name, defaults={"incarnation": max(incarnations),
+                                                                       "started_at": now, "last_heartbeat": now})
+        if not created:
             logger.info("heartbeat of agent %s (run %s), which is not its current run: ignored", name, sorted(incarnations))
 
 

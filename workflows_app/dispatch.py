@@ -32,9 +32,11 @@ import functools
 import json
 import logging
 
+import kombu
 from celery import current_app
 from celery.utils.imports import instantiate
 
+from workflows_app import wire
 from workflows_app.conf import workflows_settings
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
@@ -237,6 +239,42 @@ def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
                    "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
         reply=False,
     )
+
+
+# --- the agents' reports ---------------------------------------------------------------------------
+
+def reports_connection():
+    """A broker connection of its own for reports and the answers to claims (``agents.worker.link``,
+    ``agents.worker.inbox``): without heartbeats (it may sit idle through a long operation; kombu
+    reconnects on the next use), and on RabbitMQ with publisher confirms, so that a publish
+    returns only once the broker holds the message."""
+    options = {} if broker_is_redis() else {"confirm_publish": True}
+    return current_app.connection_for_write(heartbeat=0, transport_options=options)
+
+
+def reports_queue():
+    """The reports queue, bound to the exchange agents publish to on RabbitMQ."""
+    name = wire.reports_queue()
+    return kombu.Queue(name, kombu.Exchange(wire.reports_exchange(), "direct", durable=True), routing_key=name, durable=True)
+
+
+def reports_route() -> dict:
+    """Where a report is published (``Producer.publish`` options). On Redis, straight into the
+    reports queue (a push onto its list, whatever happens to the exchanges' bindings). On RabbitMQ,
+    to the reports exchange, which the managers bind to the queue: an agent declares the exchange
+    only, so its own account needs no right on the queue, which holds every agent's reports."""
+    if broker_is_redis():
+        queue = kombu.Queue(wire.reports_queue(), durable=True)
+        return {"exchange": "", "routing_key": queue.name, "declare": [queue]}
+    exchange = kombu.Exchange(wire.reports_exchange(), "direct", durable=True)
+    return {"exchange": exchange, "routing_key": wire.reports_queue(), "declare": [exchange]}
+
+
+def declare_reports_queue():
+    """Declare the reports queue and its binding (a starting manager does, before any agent's
+    report needs them)."""
+    with current_app.connection_for_write() as connection:
+        reports_queue()(connection.default_channel).declare()
 
 
 def broadcast_cancel(attempts):

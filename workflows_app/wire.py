@@ -71,6 +71,13 @@ def reports_queue() -> str:
     return f"{workflows_settings.MANAGEMENT_QUEUE}.reports"
 
 
+def reports_exchange() -> str:
+    """The exchange agents publish their reports to on RabbitMQ (bound to :func:`reports_queue` by
+    the managers). Not the queue's name: an agent's own account may publish to this exchange and
+    never read the queue, which holds other agents' reports."""
+    return f"{workflows_settings.MANAGEMENT_QUEUE}.reporting"
+
+
 def reply_queue(agent, hostname, pid) -> str:
     """The queue a worker process of ``agent`` takes the answers to its claims from. It starts
     with the agent's name, so that a broker account of the agent's own may read it."""

@@ -22,7 +22,6 @@ import threading
 import time
 
 import kombu
-from celery import current_app
 from django.db import OperationalError, close_old_connections
 
 from agents import intake
@@ -87,8 +86,8 @@ class Inbox(threading.Thread):
                 self.stopped.wait(1.0)
 
     def _serve(self):
-        queue = kombu.Queue(wire.reports_queue(), durable=True)
-        with current_app.connection_for_write(heartbeat=0) as connection:
+        queue = dispatch.reports_queue()
+        with dispatch.reports_connection() as connection:
             connection.ensure_connection(max_retries=None)
             producer = kombu.Producer(connection, serializer="json")
             # Never cancelled: the connection is closed with the consumer still on. On Redis a
@@ -171,11 +170,16 @@ def refuse(message, exc):
         message.reject(requeue=False)
 
 
-def give_back_held() -> int:
-    """On Redis: the reports a dead manager took and never acknowledged, back to the queue (any
-    manager stores them; one held by a live manager is then stored twice, which changes nothing)."""
+def prepare():
+    """What a starting manager does first: declare the reports queue and its binding (so that an
+    agent's report has somewhere to go before the inbox takes any) and, on Redis, put back the
+    reports a dead manager took and never acknowledged (any manager stores them; one held by a
+    live manager is then stored twice, which changes nothing)."""
     try:
-        return dispatch.give_back_held(wire.reports_queue())
-    except Exception as exc:  # noqa: BLE001 — best effort: Redis gives them back at its visibility timeout
-        logger.warning("could not give back the reports a manager held: %s", exc)
-        return 0
+        dispatch.declare_reports_queue()
+        held = dispatch.give_back_held(wire.reports_queue())
+    except Exception as exc:  # noqa: BLE001 — the broker is not up yet: the inbox declares it when it is
+        logger.warning("could not prepare the reports queue: %s", exc)
+        return
+    if held:
+        logger.warning("%d report(s) a manager took and never acknowledged given back", held)

@@ -17,10 +17,9 @@ import time
 import uuid
 
 import kombu
-from celery import current_app
 
 from agents.worker import local
-from workflows_app import wire
+from workflows_app import dispatch, wire
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +48,7 @@ class Link:
     # --- the connection ----------------------------------------------------------------------
     def _connect(self):
         if self.connection is None:
-            app = current_app._get_current_object()
-            url = app.conf.broker_write_url or app.conf.broker_url
-            options = {"confirm_publish": True} if str(url).startswith(("amqp", "pyamqp")) else {}
-            self.connection = app.connection_for_write(heartbeat=0, transport_options=options)
+            self.connection = dispatch.reports_connection()
             self.producer = kombu.Producer(self.connection, serializer="json")
         return self.connection
 
@@ -70,13 +66,12 @@ class Link:
         """Publish a report of ``kind`` for this run of this agent; returns once the broker has it.
         :class:`Unreachable` when it does not take it."""
         body = {"kind": str(kind), "agent": local.name(), "incarnation": local.incarnation(), **fields}
-        queue = kombu.Queue(wire.reports_queue(), durable=True)
         with self.lock:
             connection = self._connect()
             try:
                 publish = connection.ensure(self.producer, self.producer.publish, max_retries=PUBLISH_RETRIES,
                                             interval_start=0.1, interval_step=0.5, interval_max=PUBLISH_RETRY_MAX_SECONDS)
-                publish(body, exchange="", routing_key=queue.name, declare=[queue], delivery_mode=2)
+                publish(body, delivery_mode=2, **dispatch.reports_route())
             except Exception as exc:
                 self.close()
                 raise Unreachable(f"the broker did not take a {kind} report: {exc}") from exc

@@ -62,7 +62,7 @@ def on_start():
         recovery.broker_watch.check(every=0)  # the broker as it is now: a later restart of it is noticed
     except Exception:  # the broker is not up yet: the tick looks again
         logger.exception("could not reach the broker")
-    inbox.give_back_held()  # Redis: what a manager that died held comes back for the drain below
+    inbox.prepare()
     killed = kill_orphaned_operations()
     if killed:
         logger.warning("killed %d operation process group(s) an earlier manager on this host left: %s", len(killed), killed)

@@ -356,14 +356,16 @@ class Stack:
         url = self._env["CELERY_BROKER_URL"]
         if not url.startswith(("amqp://", "amqps://", "pyamqp://")):
             return
-        names = {self.management_queue} | {p.argv[p.argv.index("run_agent") + 1] for p in self.processes
-                                           if "run_agent" in p.argv}
+        names = {self.management_queue, f"{self.management_queue}.reports"} | {
+            p.argv[p.argv.index("run_agent") + 1] for p in self.processes if "run_agent" in p.argv}
         try:
             with kombu.Connection(url, connect_timeout=5) as broker:
                 for name in sorted(names):
                     channel = broker.channel()  # one each: a queue that is not there closes its channel
                     try:
                         channel.queue_delete(name)
+                        if name.endswith(".reports"):  # and the exchange the agents publish reports to
+                            channel.exchange_delete(f"{self.management_queue}.reporting")
                     except Exception:
                         pass
                     finally:

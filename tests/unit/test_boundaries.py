@@ -15,14 +15,16 @@ APPS = ("workflows_app", "agents")
 #: Layers, lowest first; a module belongs to the layer of its longest matching prefix.
 LAYERS = [
     ("base", ["workflows_app.states", "workflows_app.errors", "workflows_app.conf", "workflows_app.embedded_redis",
-              "workflows_app.outages", "workflows_app.local_files", "workflows_app.values"]),
+              "workflows_app.outages", "workflows_app.local_files", "workflows_app.values", "workflows_app.wire"]),
     ("models", ["workflows_app.models", "workflows_app.db", "workflows_app.registry", "workflows_app.permissions",
+                "workflows_app.signing",
                 "agents.models",
                 "workflows_app.migrations", "agents.migrations"]),
     ("transitions", ["workflows_app.transitions", "workflows_app.signals"]),
     ("broker", ["workflows_app.dispatch"]),
     ("engine", ["workflows_app.engine"]),
-    ("services", ["workflows_app.services", "workflows_app.queries", "workflows_app.retention"]),
+    ("services", ["workflows_app.services", "workflows_app.queries", "workflows_app.retention",
+                  "agents.intake", "agents.accounts"]),
     ("worker runtime", ["agents.worker"]),
     ("entry points", ["workflows_app.api", "workflows_app.admin", "workflows_app.management", "workflows_app.tasks",
                       "workflows_app.checks", "workflows_app.apps", "workflows_app.sdk", "workflows_app.examples",
