@@ -12,13 +12,15 @@ they do with ``manage.py`` commands pointed at it, as a user of that broker woul
 """
 
 import re
+import shlex
 
+import kombu
 import pytest
 from django.conf import settings
 
 from tests.conftest import REQUIRED
 from tests.integration import rabbitmq
-from tests.integration.harness import assert_operation_events_consistent, describe_execution
+from tests.integration.harness import NO_DATABASE_URL, assert_operation_events_consistent, describe_execution
 from tests.integration.test_engine import finish, gone, operations
 from workflows_app.models import Event, Execution, Operation
 
@@ -228,4 +230,63 @@ def test_with_quorum_queues_retries_a_cancel_and_a_kill_work(own_rabbitmq, stack
     assert queues[stack.management_queue]["type"] == "quorum", queues
     assert queues[host]["type"] == "quorum", queues
     for execution in (retried, cancelled, killed):
+        assert_operation_events_consistent(execution)
+
+
+# --- (e) an agent's own account ----------------------------------------------------------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_with_an_account_of_its_own_works_and_may_do_nothing_else(own_rabbitmq, stack):
+    """An agent whose RabbitMQ account has only the permissions ``rabbitmq_agent_account`` prints
+    (and no database) runs operations, hears a cancel and a kill; with that account nobody can
+    publish to the managers' queue or another agent's, read the reports, or broadcast a kill."""
+    node = own_rabbitmq()
+    on = OnNode(stack, node)
+    host = stack.agent_name("host-1")
+    printed = on.command("account", "rabbitmq_agent_account", host, "--user", "agent-1").splitlines()
+    assert printed[0].startswith("rabbitmqctl add_user agent-1 ")
+    node.ctl("add_user", "agent-1", "its-password")
+    node.ctl(*shlex.split(printed[1])[1:])  # set_permissions -p / agent-1 <configure> <write> <read>
+    own_url = node.url.replace(f"{node.user}:{node.password}@", "agent-1:its-password@")
+    on.manager()
+    stack.manage(host, "run_agent", host, "--concurrency", "2", "--loglevel", "INFO",
+                 env={**on.env, "CELERY_BROKER_URL": own_url, "DATABASE_URL": NO_DATABASE_URL})
+    stack.wait_for_agent(host)
+
+    done = on.start("it_retries", f"agent={host}", failure_mode="continue_while_possible")
+    finish(stack, done, "failed")
+    assert operations(done)["flaky"].state == "succeeded" and ran(stack, "flaky") == 3, "outcomes and retries reported"
+
+    cancelled = on.start("it_stoppable", f"agent={host}")
+    stack.wait_for(lambda: ran(stack, "running"), 30, "the operation to run")
+    on.cancel(cancelled)
+    finish(stack, cancelled, "cancelled")
+    assert stack.invocations("running-saw-cancel"), "the cancel reached ctx.is_cancelled() through the broker"
+
+    killed = on.start("it_stubborn_wf", f"agent={host}")
+    run = stack.wait_for(lambda: stack.invocations("stubborn"), 30, "the operation to start its sleep")[0]
+    on.cancel(killed, "--kill")
+    stack.wait_for(lambda: gone(run["pid"]) and gone(run["child"]), stack.workflows["KILL_GRACE_SECONDS"] + 5,
+                   "the operation's process and its sleep to be gone")
+    finish(stack, killed, "cancelled")
+
+    refused = []
+    for attempt in (lambda c: c.default_channel.basic_publish(c.default_channel.prepare_message(b"{}"),
+                                                              exchange=stack.management_queue, routing_key=stack.management_queue),
+                    lambda c: c.default_channel.basic_publish(c.default_channel.prepare_message(b"{}"),
+                                                              exchange="", routing_key=f"{stack.management_queue}.reports"),
+                    lambda c: c.default_channel.basic_publish(c.default_channel.prepare_message(b"{}"),
+                                                              exchange="celery.pidbox", routing_key=""),
+                    lambda c: c.default_channel.basic_get(f"{stack.management_queue}.reports"),
+                    lambda c: c.default_channel.basic_get(stack.management_queue)):
+        with kombu.Connection(own_url) as connection:
+            try:
+                attempt(connection)
+                connection.default_channel.basic_qos(0, 1, False)  # a round trip: a refusal closes the channel first
+            except connection.channel_errors + connection.connection_errors as exc:
+                refused.append("ACCESS_REFUSED" in str(exc) or "access" in str(exc).lower())
+            else:
+                refused.append(False)
+    assert refused == [True] * 5, refused
+    for execution in (done, cancelled, killed):
         assert_operation_events_consistent(execution)

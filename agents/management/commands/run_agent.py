@@ -9,6 +9,12 @@ from agents.worker.lifecycle import begin, heartbeat, run_worker
 from workflows_app.registry import load_workflow_modules
 
 
+def check_name(name):
+    """A ``CommandError`` unless ``name`` can be an agent's (a queue's) name."""
+    if not name or any(c.isspace() for c in name) or "@" in name or len(name) > 200:
+        raise CommandError(f"invalid agent name {name!r}: no spaces, no '@', at most 200 characters")
+
+
 class Command(BaseCommand):
     help = "Run an agent: a Celery worker on the queue NAME that runs operations sent to NAME."
 
@@ -18,8 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--loglevel", default="INFO")
 
     def handle(self, *args, name, concurrency, loglevel, **options):
-        if not name or any(c.isspace() for c in name) or "@" in name:
-            raise CommandError(f"invalid agent name {name!r}: no spaces, no '@'")
+        check_name(name)
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
         load_workflow_modules()
