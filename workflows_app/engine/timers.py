@@ -15,7 +15,7 @@ from workflows_app import dispatch
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import children, failures, policy, progress, queueing, recovery, reports, stopping, waits
 from workflows_app.models import Execution, Operation
-from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, FailureMode, OperationState
+from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, FailureMode, OperationState, StepKind
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,12 @@ def resend_stuck_messages(now):
     for pk in Execution.objects.filter(status__in=EXECUTION_CANCELLING).values_list("pk", flat=True):
         if not Operation.objects.filter(execution_id=pk, state=OperationState.STARTED).exists():
             dispatch.send_advance(pk)
+    # The operations a cancel awaits are asked again to stop: a worker that did not hear the ask
+    # (it was reconnecting, or started the attempt just after the ask) hears this one.
+    awaited = list(Operation.objects.filter(execution__status=ExecutionStatus.CANCELLING, state=OperationState.STARTED,
+                                            kind=StepKind.OPERATION).values_list("pk", "attempt"))
+    if awaited:
+        dispatch.broadcast_cancel(awaited)
 
 
 def _next_batch():
