@@ -79,8 +79,16 @@ def test_health_checks_ask_each_process_itself(services):
 def test_the_admin_links_to_flower_and_the_workers_wait_for_the_migrated_database(services):
     assert '"FLOWER_URL": "http://localhost:5555"' in services["web"]["environment"]["SWITCHYARD_WORKFLOWS"]
     assert "migrate" in " ".join(services["web"]["command"])
-    for name in ("manager", "agent-1", "agent-2"):
-        assert services[name]["depends_on"]["web"]["condition"] == "service_healthy"
+    assert services["manager"]["depends_on"]["web"]["condition"] == "service_healthy"
+    for name in ("agent-1", "agent-2"):  # the manager declares the queue of their reports
+        assert services[name]["depends_on"]["manager"]["condition"] == "service_healthy"
+
+
+@pytest.mark.parametrize("name", ["agent-1", "agent-2"])
+def test_agents_get_the_broker_and_no_database(services, name):
+    environment = services[name]["environment"]
+    assert environment["CELERY_BROKER_URL"] == services["manager"]["environment"]["CELERY_BROKER_URL"]
+    assert "DATABASE_URL" not in environment and "DJANGO_SECRET_KEY" not in environment
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED_ENV))
@@ -92,7 +100,7 @@ def test_compose_refuses_to_start_without_a_secret_key_or_flowers_login(name):
 
 
 def test_the_secret_key_and_flowers_login_come_from_the_environment(services):
-    for name in ("web", "manager", "agent-1", "agent-2", "flower"):
+    for name in ("web", "manager", "flower"):
         assert services[name]["environment"]["DJANGO_SECRET_KEY"] == REQUIRED_ENV["DJANGO_SECRET_KEY"]
     assert services["flower"]["environment"]["FLOWER_BASIC_AUTH"] == REQUIRED_ENV["FLOWER_BASIC_AUTH"]
     assert services["flower"]["environment"]["CELERY_BROKER_URL"] == services["web"]["environment"]["CELERY_BROKER_URL"]
