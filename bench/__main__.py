@@ -11,7 +11,8 @@ event and woken at two numbers waiting (``bench/suspended.py``), an imperative c
 L steps against a graph chain of L (``bench/imperative.py``), a parent of C child executions
 (``bench/children.py``), and on PostgreSQL the throughput
 cases again with a large history in the tables (``bench/history.py``) and with a second manager
-and agent, with the database's cost per operation (``bench/scaleout.py``). The waiting executions
+and agent, with the database's cost per operation (``bench/scaleout.py``), and the database
+connections held with 1 agent and with 20 (``bench/connections.py``). The waiting executions
 come last: they are left waiting. Once the benchmark's manager and agent are gone, every
 execution of its workflows is removed, waiting or ended.
 """
@@ -50,7 +51,8 @@ def main(argv=None):
     parser.add_argument("--children", type=int, default=200,
                         help="C: child executions of one parent, against a group of as many (0: leave the case out)")
     parser.add_argument("--skip-scaleout", action="store_true",
-                        help="leave out the second manager and agent, and the database cost per operation (PostgreSQL only)")
+                        help="leave out the second manager and agent, the database cost per operation and the connections held "
+                             "(PostgreSQL only)")
     args = parser.parse_args(argv)
     if min(args.rounds, args.fanout, args.chain, args.starts) < 1:
         parser.error("--rounds, --fanout, --chain and --starts must be at least 1")
@@ -74,7 +76,7 @@ def main(argv=None):
     from django.core.management import call_command
     from django.db import connection
 
-    from bench import children, history, imperative, scaleout, stop, suspended, throughput
+    from bench import children, connections, history, imperative, scaleout, stop, suspended, throughput
     from bench import workflows as bench_workflows
     from tests.integration.harness import Stack, ensure_broker
     from workflows_app import retention
@@ -103,6 +105,10 @@ def main(argv=None):
             # It stops the benchmark's manager and agent and starts its own; they start again after it.
             scale = scaleout.run(stack, [manager, agent_process], args.rounds, sizes) if postgres and not args.skip_scaleout else None
             if scale:
+                manager, agent_process = stack.restart(manager), stack.restart(agent_process)
+                stack.wait_for_agent(agent)
+            held = connections.run(stack, [manager, agent_process], args.fanout) if postgres and not args.skip_scaleout else None
+            if held:
                 manager, agent_process = stack.restart(manager), stack.restart(agent_process)
                 stack.wait_for_agent(agent)
             # Last: it leaves its executions waiting (a manager started after would carry them all on).
@@ -141,6 +147,8 @@ def main(argv=None):
         sections.append(history.report(large))
     if scale:
         sections.append(scaleout.report(scale))
+    if held:
+        sections.append(connections.report(held))
     table = "\n\n".join(sections)
     print(table)
     if args.output:

@@ -46,6 +46,7 @@ from django.db.backends.signals import connection_created
 from psycopg.pq import TransactionStatus
 
 from bench.throughput import DEFAULT_SIZES, POLL, TIMEOUT
+from tests.integration.harness import NO_DATABASE_URL
 from workflows_app import services
 from workflows_app.models import Execution
 
@@ -224,7 +225,7 @@ def _start(stack, managers, agents, tag, statements_dir):
     for i in range(1, agents + 1):
         name = stack.agent_name(f"scale-agent-{tag}-{i}")
         processes.append(stack.start(name, ["manage.py", "run_agent", name, "--concurrency", "2", "--loglevel", "INFO"],
-                                     env=env))
+                                     env={**env, "DATABASE_URL": NO_DATABASE_URL}))
         names.append(name)
     for name in names:
         stack.wait_for_agent(name)
