@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv start test check contract clean
+.PHONY: venv start test test-fast check contract clean
 
 venv:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -18,6 +18,10 @@ start: venv
 test: venv
 	@sh scripts/ensure_test_tools.sh
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## test-fast: the developer's lane: everything but the slow chaos and scale tests (CI runs those too)
+test-fast: venv
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 check: venv
 	$(PY) manage.py check
