@@ -168,3 +168,10 @@ def test_a_report_signed_for_an_agent_the_operation_was_not_sent_to_changes_noth
     started.refresh_from_db()
     assert (started.state, started.result) == (OperationState.STARTED, None)
     assert f"which was sent to {AGENT}: ignored" in caplog.text
+
+
+def test_the_heartbeat_of_an_agent_with_no_row_registers_it():
+    """Its registration found no reports queue yet (a deployment's very first start)."""
+    intake.take([{"kind": "heartbeat", "agent": "newcomer", "incarnation": "run-9"}])
+    agent = Agent.objects.get(name="newcomer")
+    assert agent.incarnation == "run-9" and agent.status == "online"

@@ -143,3 +143,19 @@ def test_good_keys_among_bad_ones_still_kill_their_recorded_process_groups(state
 def test_the_grace_is_a_finite_number_of_seconds_else_the_workers_own(grace, expected, settings):
     settings.WORKFLOWS = {"KILL_GRACE_SECONDS": 7}
     assert control.grace_seconds(grace) == expected
+
+
+def test_a_cancel_is_noted_for_the_attempts_running_here_only(state_dir, processes):
+    """``switchyard_cancel``: ``ctx.is_cancelled()`` becomes true in an attempt this worker runs;
+    an attempt it does not run, and a malformed one, leave nothing behind."""
+    mine, elsewhere = (uuid.uuid4(), 2), (uuid.uuid4(), 1)
+    running = processes()
+    (state_dir / local.attempt_key(*mine)).write_text(f"{running.pid}\nits-secret")
+
+    answer = control.switchyard_cancel(None, attempts=[[str(mine[0]), 2], [str(elsewhere[0]), 1], *MALFORMED])
+
+    assert answer["ok"]["asked"] == [local.attempt_key(*mine)]
+    assert local.cancel_requested(local.attempt_key(*mine))
+    assert not local.cancel_requested(local.attempt_key(*elsewhere))
+    local.mark_done(local.attempt_key(*mine))
+    assert not local.cancel_requested(local.attempt_key(*mine)), "done with, its note goes with it"
