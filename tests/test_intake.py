@@ -77,6 +77,8 @@ def test_a_report_for_an_operation_that_does_not_exist_changes_nothing_and_is_lo
     {"kind": "heartbeat", "agent": AGENT},
     {"kind": "gone", "agent": AGENT, "incarnation": "", "attempts": [["x", 1]]},
     {"kind": "claim", "agent": AGENT, "incarnation": "", "operation": str(uuid.uuid4()), "attempt": True, "secret": ""},
+    {"kind": "outcome", "agent": AGENT, "incarnation": "", "operation": str(uuid.uuid4()), "attempt": 1, "secret": "",
+     "outcome": "failed", "error": {"type": "X", "message": 7}},
 ])
 def test_a_malformed_report_is_refused_and_the_rest_of_its_batch_is_stored(started, body, caplog):
     with caplog.at_level(logging.WARNING, logger="agents.intake"):

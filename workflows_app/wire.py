@@ -108,8 +108,9 @@ def parse(body) -> dict:
         except ValueError:
             raise Malformed("outcome: not one of succeeded, failed, cancelled") from None
         error = body.get("error")
-        if outcome != Outcome.SUCCEEDED and not isinstance(error, dict):
-            raise Malformed("error: an object is needed")
+        if outcome != Outcome.SUCCEEDED and not (
+                isinstance(error, dict) and all(isinstance(error.get(key, ""), str) for key in ("type", "message", "traceback"))):
+            raise Malformed("error: an object whose type, message and traceback are strings is needed")
         retry_after = body.get("retry_after")
         if retry_after is not None and not _number(retry_after):
             raise Malformed("retry_after: a number of seconds or null")
