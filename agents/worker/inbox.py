@@ -73,6 +73,8 @@ class Inbox(threading.Thread):
         timer.start()
         try:
             self._serve()
+        except Exception as exc:  # the broker went away: what was not acknowledged is taken again later
+            logger.warning("inbox: could not take the waiting reports (%s); going on without", exc)
         finally:
             timer.cancel()
 
