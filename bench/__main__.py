@@ -94,7 +94,10 @@ def main(argv=None):
         try:
             agent = f"bench-agent-{suffix}"
             manager = stack.start_manager(concurrency=2)
-            agent_process = stack.start_agent(agent, concurrency=2)
+            # With the database's address, unlike an agent of the tests: the durable floors of the
+            # throughput case are plain Celery tasks that write to the database from this worker.
+            # Switchyard's own work on it uses none (bench/connections.py counts).
+            agent_process = stack.manage(agent, "run_agent", agent, "--concurrency", "2", "--loglevel", "INFO")
             stack.wait_for_agent(agent)
             samples, notes = ({}, {}) if args.skip_stop else stop.run(stack, agent, bench_dir, args.rounds)
             postgres = connection.vendor == "postgresql"

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents.runner import run_operation
 from switchyard.celery import app as celery_app
-from workflows_app import dispatch
+from workflows_app import dispatch, signing
 from workflows_app.engine import progress
 from workflows_app.models import Execution, Operation
 from workflows_app.states import OperationState
@@ -132,6 +132,8 @@ def _execution_reads(operations):
 
 
 def test_naming_costs_one_query_per_batch_not_one_per_operation(app, make_execution, make_operation):
+    signing.attempt_secret(uuid.uuid4(), 1, "host")  # the signing key, made once per database (and kept)
+
     def loaded(n):
         ops = [make_operation(OperationState.SENDING, make_execution(workflow_id=f"wf{i}"), attempt=1) for i in range(n)]
         return list(Operation.objects.filter(pk__in=[op.pk for op in ops]))
@@ -227,7 +229,10 @@ def test_through_celerys_own_send_path_the_message_and_its_sent_event_name_the_s
     assert message["headers"]["shadow"] == event["name"] == "example › vm (create_vm)"
     assert message["headers"]["argsrepr"] == event["args"] == f"(execution='{op.execution_id}', step='vm', attempt=2)"
     assert ast.literal_eval(message["headers"]["kwargsrepr"])["step"] == "vm"
-    assert body[0] == [str(op.pk), 2] and body[1] == {}
+    secret = signing.attempt_secret(op.pk, 2, op.agent)
+    assert body[0] == [str(op.pk), 2] and body[1] == {"secret": secret}, "the attempt's secret travels in its kwargs"
+    shown = [message["headers"]["argsrepr"], message["headers"]["kwargsrepr"], repr(event)]
+    assert not any(secret in text for text in shown), "and nothing Flower or a log shows holds it"
 
 
 def test_through_celerys_own_send_path_an_advance_publishes_its_message_and_no_event(monkeypatch):

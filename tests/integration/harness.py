@@ -257,6 +257,7 @@ class Stack:
             stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
         )
         proc = StackProcess(name, argv, popen, log_path, log_file)
+        proc.env = dict(env or {})  # what it was given beyond the stack's: a restart gives it again
         proc.expected_exit = expect_exit
         self.processes.append(proc)
         return proc
@@ -307,7 +308,7 @@ class Stack:
         """Stop ``proc`` (if it still runs) and start the same command under the same name."""
         if proc.alive():
             self.stop(proc, sig=sig, timeout=timeout)
-        return self.start(proc.name, proc.argv)
+        return self.start(proc.name, proc.argv, env=proc.env)
 
     def _finish(self, proc):
         """SIGKILL whatever is left of ``proc``: its group, and every descendant it was seen
