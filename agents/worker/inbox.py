@@ -58,7 +58,6 @@ class Inbox(threading.Thread):
         self.stopped = threading.Event()
         self.idle_stops = threading.Event()
         self.pending = []
-        self.stored = 0
 
     def stop_when_idle(self):
         self.idle_stops.set()
@@ -149,7 +148,6 @@ class Inbox(threading.Thread):
                 logger.exception("inbox: could not answer a claim on %s", reply_to)
         for _, message in batch:
             message.ack()
-        self.stored += len(batch)
 
     def _take(self, bodies):
         for tries in range(1, TRIES + 1):
