@@ -104,6 +104,29 @@ class OnNode:
         return self.command("cancel", "cancel_execution", str(execution.pk), *how)
 
 
+def cancel_and_kill(stack, on, host):
+    """An ``it_stoppable`` cancelled — its running step sees ``ctx.is_cancelled()`` and returns, the
+    step after it never starts — and an ``it_stubborn_wf`` killed: its process and the sleep it
+    started are gone, the step ``cancelled`` with "killed". Both executions, ended."""
+    cancelled = on.start("it_stoppable", f"agent={host}")
+    stack.wait_for(lambda: ran(stack, "running"), 30, "the operation to run")
+    on.cancel(cancelled)
+    finish(stack, cancelled, "cancelled")
+    assert stack.invocations("running-saw-cancel"), "the cancel reached ctx.is_cancelled()"
+    assert operations(cancelled)["running"].state == "succeeded", "it saw the cancel and returned"
+    assert ran(stack, "after") == 0
+
+    killed = on.start("it_stubborn_wf", f"agent={host}")
+    run = stack.wait_for(lambda: stack.invocations("stubborn"), 30, "the operation to start its sleep")[0]
+    on.cancel(killed, "--kill")
+    stack.wait_for(lambda: gone(run["pid"]) and gone(run["child"]), stack.workflows["KILL_GRACE_SECONDS"] + 5,
+                   "the operation's process and its sleep to be gone")
+    finish(stack, killed, "cancelled")
+    stubborn = Operation.objects.get(execution_id=killed.pk, name="stubborn")
+    assert (stubborn.state, stubborn.error["message"]) == ("cancelled", "killed")
+    return cancelled, killed
+
+
 def ran(stack, tag) -> int:
     return len(stack.invocations(tag))
 
@@ -210,21 +233,7 @@ def test_with_quorum_queues_retries_a_cancel_and_a_kill_work(own_rabbitmq, stack
     assert (ops["retry_for"].state, ran(stack, "retry_for")) == ("failed", 3)
     assert (ops["nonrecoverable"].state, ran(stack, "nonrecoverable")) == ("failed", 1)
 
-    cancelled = on.start("it_stoppable", f"agent={host}")
-    stack.wait_for(lambda: ran(stack, "running"), 30, "the operation to run")
-    on.cancel(cancelled)
-    finish(stack, cancelled, "cancelled")
-    assert operations(cancelled)["running"].state == "succeeded", "it saw the cancel and returned"
-    assert ran(stack, "after") == 0
-
-    killed = on.start("it_stubborn_wf", f"agent={host}")
-    run = stack.wait_for(lambda: stack.invocations("stubborn"), 30, "the operation to start its sleep")[0]
-    on.cancel(killed, "--kill")
-    stack.wait_for(lambda: gone(run["pid"]) and gone(run["child"]), stack.workflows["KILL_GRACE_SECONDS"] + 5,
-                   "the operation's process and its sleep to be gone")
-    finish(stack, killed, "cancelled")
-    stubborn = Operation.objects.get(execution_id=killed.pk, name="stubborn")
-    assert (stubborn.state, stubborn.error["message"]) == ("cancelled", "killed")
+    cancelled, killed = cancel_and_kill(stack, on, host)
 
     queues = node.queues()
     assert queues[stack.management_queue]["type"] == "quorum", queues
@@ -257,18 +266,7 @@ def test_an_agent_with_an_account_of_its_own_works_and_may_do_nothing_else(own_r
     finish(stack, done, "failed")
     assert operations(done)["flaky"].state == "succeeded" and ran(stack, "flaky") == 3, "outcomes and retries reported"
 
-    cancelled = on.start("it_stoppable", f"agent={host}")
-    stack.wait_for(lambda: ran(stack, "running"), 30, "the operation to run")
-    on.cancel(cancelled)
-    finish(stack, cancelled, "cancelled")
-    assert stack.invocations("running-saw-cancel"), "the cancel reached ctx.is_cancelled() through the broker"
-
-    killed = on.start("it_stubborn_wf", f"agent={host}")
-    run = stack.wait_for(lambda: stack.invocations("stubborn"), 30, "the operation to start its sleep")[0]
-    on.cancel(killed, "--kill")
-    stack.wait_for(lambda: gone(run["pid"]) and gone(run["child"]), stack.workflows["KILL_GRACE_SECONDS"] + 5,
-                   "the operation's process and its sleep to be gone")
-    finish(stack, killed, "cancelled")
+    cancelled, killed = cancel_and_kill(stack, on, host)
 
     refused = []
     for attempt in (lambda c: c.default_channel.basic_publish(c.default_channel.prepare_message(b"{}"),
