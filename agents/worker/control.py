@@ -138,8 +138,9 @@ def terminate(keys, grace) -> list[str]:
     for key, pgid in local.recorded_groups(keys).items():
         if pgid == os.getpgrp() or not local.group_alive(pgid):
             continue
+        secret = local.secret_of(key)  # before the signal: the attempt's record goes with its process
         local.signal_group(pgid, signal.SIGTERM)
-        targets.append((key, pgid, local.secret_of(key)))
+        targets.append((key, pgid, secret))
     if targets:
         logger.warning("kill: SIGTERM to %s; SIGKILL in %ss to what is left", [k for k, _, _ in targets], grace)
         threading.Thread(target=_watch, args=(targets, grace), name="switchyard-kill", daemon=True).start()

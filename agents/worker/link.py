@@ -70,7 +70,8 @@ class Link:
             connection = self._connect()
             try:
                 publish = connection.ensure(self.producer, self.producer.publish, max_retries=PUBLISH_RETRIES,
-                                            interval_start=0.1, interval_step=0.5, interval_max=PUBLISH_RETRY_MAX_SECONDS)
+                                            interval_start=0.1, interval_step=0.5, interval_max=PUBLISH_RETRY_MAX_SECONDS,
+                                            on_revive=self._revived)
                 publish(body, delivery_mode=2, **dispatch.reports_route())
             except Exception as exc:
                 self.close()
@@ -86,6 +87,7 @@ class Link:
                 self._listen()
                 self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt, secret=secret,
                             pid=os.getpid(), reply_to=self.reply_to, id=self.waiting)
+                self._listen()  # again, if the publish had to connect anew
                 deadline = time.monotonic() + timeout
                 while self.answer is None and time.monotonic() < deadline:
                     try:
@@ -112,6 +114,10 @@ class Link:
         self.consumer = kombu.Consumer(connection.channel(), queues=[queue], callbacks=[self._on_answer],
                                        accept=["json"], no_ack=True, on_decode_error=_refuse)
         self.consumer.consume()
+
+    def _revived(self, channel):
+        # kombu connected anew to publish: the reply consumer was on the connection that broke.
+        self.consumer = None
 
     def _on_answer(self, body, message):
         # An answer to an earlier claim that came too late is not this one's: dropped.
