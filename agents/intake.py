@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from workflows_app import values, wire
-from workflows_app.engine import reports
+from workflows_app.engine import reports, steps
 from workflows_app.engine.graph import resolve
 from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Operation
@@ -49,7 +49,9 @@ def take(bodies) -> list[tuple[str, dict]]:
     answers = []
     with transaction.atomic():
         attempts = [r for r in parsed if r["kind"] in wire.ATTEMPT_KINDS and _signed(r)]
-        operations = Operation.objects.select_related("execution").in_bulk({r["operation"] for r in attempts})
+        # Their rows in one prepared statement (steps.load), without their executions: the report
+        # functions lock and read what they need of those.
+        operations = {op.pk: op for op in steps.load({_pk(r) for r in attempts})} if attempts else {}
         # One order for every manager's batch (execution, then operation): two batches that lock
         # the same rows take them in the same order.
         attempts.sort(key=lambda r: (str(getattr(operations.get(_pk(r)), "execution_id", "")), r["operation"]))
