@@ -31,7 +31,7 @@ from workflows_app.engine.graph import resolve
 from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Operation
 from workflows_app.signing import is_attempt_secret
-from workflows_app.states import EventType, ExecutionStatus, OperationState
+from workflows_app.states import OPERATION_IN_FLIGHT, EventType, ExecutionStatus, OperationState
 from workflows_app.transitions import claim_operation, operation_transition, record_event
 
 logger = logging.getLogger(__name__)
@@ -189,9 +189,7 @@ def _lost(report, operation):
     agent handed it back when it shut down. Lost, a retryable failure, if it is still current
     and not over; a message that overtook its sender's write of ``sent`` is sent first."""
     attempt = report["attempt"]
-    if operation.attempt != attempt or operation.is_terminal or operation.state == OperationState.RESCHEDULED:
-        return
-    if operation.state == OperationState.PENDING:
+    if operation.attempt != attempt or operation.state not in OPERATION_IN_FLIGHT:
         return
     if operation.state == OperationState.SENDING:
         try:
