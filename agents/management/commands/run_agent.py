@@ -6,13 +6,17 @@ import socket
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.worker.lifecycle import begin, heartbeat, run_worker
+from workflows_app import values
 from workflows_app.registry import load_workflow_modules
 
 
 def check_name(name):
     """A ``CommandError`` unless ``name`` can be an agent's (a queue's) name."""
-    if not name or any(c.isspace() for c in name) or "@" in name or len(name) > 200:
-        raise CommandError(f"invalid agent name {name!r}: no spaces, no '@', at most 200 characters")
+    problem = values.string_problem(name)
+    if problem:
+        raise CommandError(f"invalid agent name {values.printable(name)}: {problem}")
+    if not name or not name.isprintable() or any(c.isspace() for c in name) or "@" in name or len(name) > 200:
+        raise CommandError(f"invalid agent name {name!r}: printable, no spaces, no '@', at most 200 characters")
 
 
 class Command(BaseCommand):
