@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv start test test-fast check contract clean
+.PHONY: venv start test test-fast check clean
 
 venv:
 	@VENV=$(VENV) scripts/bootstrap.sh
@@ -26,9 +26,6 @@ test-fast: venv
 check: venv
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
-
-contract: venv
-	$(PY) ../shared/ci/contract_check.py
 
 clean:
 	rm -rf var/ .pytest_cache
