@@ -14,6 +14,7 @@ commands, so it runs in any project that has Switchyard's apps. What it keeps un
 import json
 import os
 import secrets
+import shutil
 import sys
 import time
 
@@ -33,6 +34,19 @@ from workflows_app.management.supervisor import Child, Supervisor
 from workflows_app.models import Execution
 from workflows_app.queries import operations_summary
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, ExecutionStatus, OperationState
+
+def _manage_py():
+    """How to run this manage.py again from the current directory: ``python manage.py`` when that
+    ``python`` is the one running now (an activated virtualenv), else this interpreter's path
+    (``make start`` runs ``.venv/bin/python`` without activating anything)."""
+    on_path = shutil.which("python")
+    if on_path and os.path.abspath(on_path) == os.path.abspath(sys.executable):
+        python = "python"
+    else:
+        relative = os.path.relpath(sys.executable)
+        python = sys.executable if relative.startswith("..") else relative
+    return f"{python} {os.path.relpath(os.path.abspath(sys.argv[0]))}"
+
 
 PASSWORD_FILE = "standalone_admin_password.txt"
 #: Flower's login (``user:password``), made once like the admin's password.
@@ -154,7 +168,7 @@ class Command(BaseCommand):
                      + reverse("admin:workflows_app_execution_change", args=[execution.pk]))
         except NoReverseMatch:
             pass
-        self.say(f"  follow it: python manage.py tail_events {execution.pk} --follow")
+        self.say(f"  follow it: {_manage_py()} tail_events {execution.pk} --follow")
         return DemoProgress(execution.pk, self.say)
 
     def _abort_executions(self):
