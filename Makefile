@@ -29,3 +29,8 @@ check: venv
 
 clean:
 	rm -rf var/ .pytest_cache
+
+## docs: the documentation (docs/) as HTML in build/docs; warnings and broken links are errors
+.PHONY: docs
+docs: venv
+	$(PY) -m sphinx -W --keep-going -n -b html docs build/docs

@@ -1,4 +1,4 @@
-"""The agents in Django admin (SPEC §13): online or offline, the age of the last heartbeat, the
+"""The agents in Django admin: online or offline, the age of the last heartbeat, the
 host, the operations running on each, and a link to the worker in Flower when FLOWER_URL is set.
 Agents register themselves when they start: nothing here adds or edits one. Whoever may view
 executions sees them (``workflows_app.permissions``), as in the API."""

@@ -1,6 +1,6 @@
-"""``GET agents`` of the REST API (SPEC §8): the agents and whether they are online.
+"""``GET agents`` of the REST API: the agents and whether they are online.
 
-The agents app sits on top of ``workflows_app``, whose API never imports it (SPEC §14): this
+The agents app sits on top of ``workflows_app``, whose API never imports it: this
 endpoint is registered in ``workflows_app.api.routes`` by ``AgentsConfig.ready()`` and served
 under the prefix the host includes ``workflows_app.api.urls`` at, with the API's base view
 (its authentication, pagination, errors...) like every other endpoint."""

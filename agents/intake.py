@@ -3,7 +3,7 @@ what an agent says enters the database.
 
 :func:`take` stores a batch of reports in one transaction, in any order and any number of times:
 
-* a **claim** is fencing (§5 of the engine's rules): the attempt starts only if it is still its
+* a **claim** is fencing: the attempt starts only if it is still its
   operation's current attempt, the operation waits for it (``sending``/``sent``) and its
   execution is ``started``; the answer says so, with what to run (the operation, its arguments,
   the input a canvas passes on, whether it is a dry run);

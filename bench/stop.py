@@ -1,4 +1,4 @@
-"""Stop latency (SPEC §7): how long cancel, force-cancel and kill take, side by side with what
+"""Stop latency: how long cancel, force-cancel and kill take, side by side with what
 plain Celery offers for the same process tree (``revoke(terminate=True)``).
 
 Each round starts one execution whose operation runs ``sleep 1000`` in a subprocess, on a real

@@ -16,7 +16,7 @@ and agent worker processes (the plain Celery tasks go to the agent's queue).
    returns (acknowledged after commit). Measured right after the ``group``, in every round, from
    the insert until every result is in; what is left between it and the fan-out is the engine's.
 6. the floor with its history (PostgreSQL): the same, each state change also stored with its
-   event in its statement, as SPEC §10 asks of an operation (``sending`` and ``sent`` with the
+   event in its statement, as Switchyard does for an operation (``sending`` and ``sent`` with the
    rows, ``started`` with the claim, ``succeeded`` with the result), in a table of events
    indexed as Switchyard's is.
 

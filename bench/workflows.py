@@ -169,7 +169,7 @@ _RESULT_RECORDED = _recorded(_RESULT, "started", "succeeded")
 
 @shared_task(name=CELERY_RECORDED_NOOP, **{**TASK_OPTIONS, "ignore_result": False})
 def celery_recorded_noop(row_id, attempt):
-    """The durable floor with its history (SPEC §10: every state change is stored with its
+    """The durable floor with its history (every state change is stored with its
     event, in its transaction): each of the two commits also inserts its state event, in the
     same statement."""
     return _durable(_CLAIM_RECORDED, _RESULT_RECORDED, row_id, attempt)

@@ -1,4 +1,4 @@
-"""URLs: Django admin at /admin/; the REST API under /api/v1/ (SPEC §8)."""
+"""URLs: Django admin at /admin/; the REST API under /api/v1/."""
 
 from django.contrib import admin
 from django.urls import include, path

@@ -10,7 +10,7 @@ still run.
 
 Each workflow computes from its parameter ``n`` a result the test knows in advance
 (``expected_payload``). Operations allow many retries: under chaos a lost attempt is a
-retryable failure (SPEC §5, §9) and counts as one, and a soak must never run out of them.
+retryable failure and counts as one, and a soak must never run out of them.
 """
 
 import contextlib
@@ -139,7 +139,7 @@ def soak_canvas(ctx, n, agents, seconds=0.0):
         soak_sum.s(seconds=seconds).set(queue=h2),
     )
     # A second canvas of the same execution: its steps are named, so as not to take the names
-    # the first one's positions gave (SPEC §6).
+    # the first one's positions gave.
     header = [soak_add.si(n, 5).set(queue=h1, step="chord-add"), soak_mul.si(n, 3).set(queue=h2, step="chord-mul")]
     fan_in = chord(header, soak_sum.s().set(queue=h1, step="chord-sum"))
     ctx.set_payload({"chain": ctx.run_canvas(canvas), "chord": ctx.run_canvas(fan_in)})

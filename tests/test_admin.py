@@ -1,4 +1,4 @@
-"""The operators' console in Django admin (SPEC §13), through Django's test client: the list, an
+"""The operators' console in Django admin, through Django's test client: the list, an
 execution's page (constant queries at 10,000 operations), the graph it draws, the five actions
 with their permissions, confirmations and refusals, the start form, what stays read-only, the
 agents. The tests are not transactional: the Celery messages of ``transaction.on_commit`` are

@@ -1,4 +1,4 @@
-"""Child executions (SPEC §12), with the dispatcher run in this process: a parent's step starts
+"""Child executions, with the dispatcher run in this process: a parent's step starts
 a child, follows it, and a stop or a resume of the parent goes down the tree.
 
 Messages the engine would send are recorded (``outbox``) and delivered here: an ``advance`` runs

@@ -1,4 +1,4 @@
-"""The commands scripts call (SPEC §11): ``--json`` prints what the REST API shows — the same
+"""The commands scripts call: ``--json`` prints what the REST API shows — the same
 bytes as ``GET /api/v1/...`` —, ``tail_events --json`` one event per line, and every bad input or
 refused action is one line on stderr and a non-zero exit, never a traceback.
 

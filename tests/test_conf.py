@@ -1,4 +1,4 @@
-"""The WORKFLOWS settings object: SPEC §2's defaults, overrides, refusal of unknown keys."""
+"""The WORKFLOWS settings object: its defaults, overrides, refusal of unknown keys."""
 
 import os
 import subprocess
@@ -19,7 +19,7 @@ SPEC_DEFAULTS = {
     "RETRY_INTERVAL": 5, "WAIT_AFTER_FAIL": 600, "KILL_GRACE_SECONDS": 5, "CANCEL_TIMEOUT": 3600,
     "AGENT_HEARTBEAT_SECONDS": 10, "AGENT_OFFLINE_AFTER_SECONDS": 60, "ABORT_ON_TERMINATE": False,
     "FLOWER_URL": None, "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},
-    # Issue 18's key (the SPEC does not name it): how long a process rides out a database outage.
+    # Issue 18's key: how long a process rides out a database outage.
     "DATABASE_OUTAGE_TOLERANCE": 120,
     # Issue 19's: how many live runs of workflow functions a dispatcher process keeps.
     "WORKFLOW_CACHE_SIZE": 100,
@@ -29,7 +29,7 @@ SPEC_DEFAULTS = {
 }
 
 
-def test_defaults_are_the_specs():
+def test_defaults_are_the_expected_ones():
     assert DEFAULTS == SPEC_DEFAULTS
     with override_settings(WORKFLOWS={}):
         assert workflows_settings.as_dict() == SPEC_DEFAULTS

@@ -1,4 +1,4 @@
-"""Events, timers and cancelling one step (SPEC §6, §7), with the dispatcher run in this process:
+"""Events, timers and cancelling one step, with the dispatcher run in this process:
 ``services.start`` then ``dispatcher.advance`` as a manager would, on the database alone.
 
 Messages the engine would send once a transaction commits (advances, revokes, kills) are

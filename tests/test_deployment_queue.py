@@ -1,4 +1,4 @@
-"""One active execution per ``deployment_id`` (SPEC §4): a second is refused, queued or forced;
+"""One active execution per ``deployment_id``: a second is refused, queued or forced;
 a queued one starts, in order, when the deployment is free. On the database alone: the
 messages go out on commit, which these tests capture without sending."""
 

@@ -1,4 +1,4 @@
-"""The names Switchyard's messages carry for Flower (SPEC §13): Celery's ``shadow``,
+"""The names Switchyard's messages carry for Flower: Celery's ``shadow``,
 ``argsrepr`` and ``kwargsrepr`` headers, built by ``workflows_app.dispatch`` — and the message
 args the workers read, unchanged. ``tests/integration/test_flower.py`` checks them in a real
 Flower."""

@@ -1,4 +1,4 @@
-"""docker/compose.yaml is a valid Compose file that runs the whole stack (SPEC §1, §3): PostgreSQL,
+"""docker/compose.yaml is a valid Compose file that runs the whole stack: PostgreSQL,
 Redis, the web, a manager, two agents and Flower, each with a health check; with safe defaults:
 its ports on 127.0.0.1 only, and no start without a secret key and Flower's login.
 

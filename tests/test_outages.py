@@ -1,4 +1,4 @@
-"""Riding out a database outage (workflows_app.outages; SPEC §9): which errors are outages, how
+"""Riding out a database outage (workflows_app.outages): which errors are outages, how
 long a caller waits, what a loop says, and what a manager does once the database is back. The
 real thing — a PostgreSQL of the test's own stopped under a running stack — is
 tests/integration/test_db_outage.py."""

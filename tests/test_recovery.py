@@ -1,4 +1,4 @@
-"""Carrying on after a restart (SPEC §9): reconciling ``started`` operations with the workers'
+"""Carrying on after a restart: reconciling ``started`` operations with the workers'
 answers, on the database alone (which are awaited and which are lost); what is sent again, on
 the real broker. The processes' side is in tests/integration/test_restart.py."""
 

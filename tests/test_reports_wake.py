@@ -74,7 +74,7 @@ def test_a_leaf_that_ends_the_graph_wakes_the_workflow(make_execution, make_oper
 def test_a_step_made_ready_after_another_failed_is_sent_only_in_continue_while_possible(
         make_execution, make_operation, woken, django_capture_on_commit_callbacks, mode, sent):
     """``a`` -> ``b``, while ``other`` has failed: ``a``'s success makes ``b`` ready, and ``b`` is
-    a new call (SPEC §7). The countdown reads the failure in the same statement."""
+    a new call. The countdown reads the failure in the same statement."""
     execution = make_execution(failure_mode=mode)
     make_operation(OperationState.FAILED, execution, name="other", attempt=1, awaited=False)
     a = make_operation(OperationState.STARTED, execution, name="a", attempt=1, awaited=False)

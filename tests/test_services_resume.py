@@ -1,4 +1,4 @@
-"""Resume and force-resume on the database alone (SPEC §4, §5, §11): what each resets, what it
+"""Resume and force-resume on the database alone: what each resets, what it
 leaves alone, the new token, and what each refuses. The messages they send go out on commit,
 which these tests never reach. The processes' side is in tests/integration/test_restart.py."""
 

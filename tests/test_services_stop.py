@@ -1,5 +1,5 @@
 """The stop services (cancel, force-cancel, kill) on the database alone: what each does to the
-execution and its operations, in which order, and what each refuses (SPEC §4, §7, §11).
+execution and its operations, in which order, and what each refuses.
 
 Messages they would send (revokes, the kill broadcast) go out on commit; these tests run inside
 a transaction that never commits, so they need no broker. The processes' side is in
@@ -19,7 +19,7 @@ from workflows_app.states import EXECUTION_TERMINAL, ExecutionStatus
 from workflows_app.transitions import execution_transition
 
 ACTIONS = {"cancel": services.cancel, "force-cancel": services.force_cancel, "kill": services.kill}
-#: SPEC §4: where each stop action is allowed, besides pending and queued (which end cancelled).
+#: Where each stop action is allowed, besides pending and queued (which end cancelled).
 ALLOWED = {
     "cancel": {"started"},
     "force-cancel": {"started", "cancelling"},

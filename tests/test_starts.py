@@ -1,5 +1,5 @@
 """Starting an execution (``services.start``): the execution and its first event are stored
-together, and its advance message is sent only once they are committed (SPEC §6).
+together, and its advance message is sent only once they are committed.
 
 On PostgreSQL a start without a deployment to check is one statement
 (``transitions.create_execution``), committed by itself outside a transaction: these tests run

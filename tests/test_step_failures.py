@@ -1,5 +1,5 @@
 """A step's failure in workflow code, the workflow code's own exceptions, and the determinism
-guard (SPEC §7), with the dispatcher run in this process: ``services.start`` then
+guard, with the dispatcher run in this process: ``services.start`` then
 ``dispatcher.advance`` as a manager would, the agents' reports made here on the database, and
 the messages the engine would send recorded instead (``outbox``). The same stories with real
 managers and agents are in tests/integration/test_failures.py.

@@ -1,5 +1,5 @@
 """Every pair of statuses and states through the one writer: allowed pairs are applied with
-their event, every other pair is refused and changes nothing (SPEC §4, §5, §10)."""
+their event, every other pair is refused and changes nothing."""
 
 import itertools
 

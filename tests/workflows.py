@@ -157,7 +157,7 @@ def where(ctx, tag):
 
 @workflow(name="it_cromwell")
 def cromwell(ctx, agent_a, agent_b, a_seconds=2.0, b_seconds=0.3):
-    """Cromwell's worked example (SPEC §7): A and B independent, A1 after A, B1 after B; B
+    """Cromwell's worked example: A and B independent, A1 after A, B1 after B; B
     fails for good while A runs. The failure mode comes from the execution."""
     g = ctx.graph()
     a = g.add("A", step, "A", sleep=a_seconds, agent=agent_a)
@@ -180,7 +180,7 @@ def _canvas(case, agents, management_queue):
         header = [slow_add.s(1, 1, 1.2).set(queue=h1), slow_add.s(2, 2, 0.6).set(queue=h2), slow_add.s(3, 3, 0.0)]
         return chord(header, collect.s()), [2, 4, 6]
     if case == "nested":
-        # SPEC §6's example: steps 0:it_add, 1.0:it_add, 1.1:it_mul, 2:it_xsum.
+        # A chain around a group: steps 0:it_add, 1.0:it_add, 1.1:it_mul, 2:it_xsum.
         return chain(add.s(1, 2), group(add.s(10), mul.s(10)), xsum.s()), 43
     if case == "deep":
         # 2 -> [2+1, (2*2)+1] -> 8: a chain inside a group inside a chain.
@@ -395,7 +395,7 @@ def outage(ctx, agent, prefix, seconds=3.0, wide=2):
     ctx.set_payload({"results": sorted(results.values()), "after": after})
 
 
-# --- waits: events, timers, cancelling a step (SPEC §6; tests/test_context_waits.py) ----------
+# --- waits: events, timers, cancelling a step (tests/test_context_waits.py) -------------------
 
 
 @workflow(name="it_events")
@@ -456,7 +456,7 @@ def bad_wait(ctx, case):
         ctx.cancel_step(3.5)
 
 
-# --- a step's failure in workflow code (SPEC §7; tests/integration/test_failures.py) ------------
+# --- a step's failure in workflow code (tests/integration/test_failures.py) ---------------------
 
 SAGA_STYLES = ("execute", "graph", "canvas")
 

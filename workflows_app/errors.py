@@ -202,7 +202,7 @@ class PermissionRefused(SwitchyardError):
 
 class ExistingRunningExecution(SwitchyardError):
     """A new execution of a ``deployment_id`` that has an active one, asked without ``queue``
-    or ``force`` (SPEC §4)."""
+    or ``force``."""
 
     def __init__(self, deployment_id="", active_id=None):
         super().__init__(deployment_id, active_id)

@@ -1,4 +1,4 @@
-"""Riding out a database outage (SPEC §9): a PostgreSQL restart or fail-over is an ordinary event,
+"""Riding out a database outage: a PostgreSQL restart or fail-over is an ordinary event,
 and no process of the stack may lose what it holds, run something again or crash-loop because of
 one.
 

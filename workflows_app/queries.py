@@ -27,7 +27,7 @@ def operations_summaries(execution_ids) -> dict:
 
 
 def graph(execution_id) -> dict:
-    """The operations as a graph (SPEC §8): nodes with their kind and state, and edges ``[from,
+    """The operations as a graph: nodes with their kind and state, and edges ``[from,
     to]`` where ``to`` depends on ``from`` (two queries). A child execution's step is a node of
     kind ``workflow`` with the child's id as ``child`` (a third query, when there is one)."""
     nodes = list(Operation.objects.filter(execution_id=execution_id).values("name", "kind", "operation", "agent", "state"))

@@ -107,7 +107,7 @@ def kill(execution_id, *, user=None) -> Execution:
         return stopping.stop(execution, ExecutionStatus.KILL_CANCELLING, "kill")
 
 
-#: Where resume and force-resume are allowed (SPEC §4).
+#: Where resume and force-resume are allowed.
 RESUMABLE = (ExecutionStatus.STARTED, ExecutionStatus.CANCELLED, ExecutionStatus.FAILED)
 FORCE_RESUMABLE = (ExecutionStatus.CANCELLED, ExecutionStatus.FAILED)
 

@@ -2,7 +2,7 @@
 
 Each list is defined once, here, with its groups beside it; code compares against these names,
 never against string literals. ``workflows_app.transitions`` is the only writer and enforces
-the tables below (SPEC §4, §5).
+the tables below.
 """
 
 from django.db import models
@@ -33,7 +33,7 @@ class OperationState(models.TextChoices):
 
 
 class StepKind(models.TextChoices):
-    """What a step of an execution runs: an operation on an agent, or a child execution (SPEC §12)."""
+    """What a step of an execution runs: an operation on an agent, or a child execution."""
 
     OPERATION = "operation"
     WORKFLOW = "workflow"
@@ -77,7 +77,7 @@ EXECUTION_ACTIVE = frozenset(set(_E) - EXECUTION_TERMINAL)
 #: Not yet running: any stop action ends these ``cancelled`` at once.
 EXECUTION_WAITING = frozenset({_E.PENDING, _E.QUEUED})
 EXECUTION_CANCELLING = frozenset({_E.CANCELLING, _E.FORCE_CANCELLING, _E.KILL_CANCELLING})
-#: A dispatcher carries these on (SPEC §9).
+#: A dispatcher carries these on.
 EXECUTION_RUNNING = frozenset({_E.STARTED}) | EXECUTION_CANCELLING
 
 EXECUTION_TRANSITIONS = {
@@ -132,7 +132,7 @@ def execution_event_type(source, target):
 
 
 _EXECUTION_EVENT_BY_TARGET = {
-    # Entering and leaving the queue has no event type of its own (SPEC §10): a log line.
+    # Entering and leaving the queue has no event type of its own: a log line.
     _E.PENDING: EventType.LOG,
     _E.QUEUED: EventType.LOG,
     _E.CANCELLING: EventType.WORKFLOW_CANCELLING,
@@ -145,7 +145,7 @@ _EXECUTION_EVENT_BY_TARGET = {
 }
 
 OPERATION_EVENT_BY_TARGET = {
-    # Back to pending is resume's reset: a log line, as SPEC §10 has no type for it.
+    # Back to pending is resume's reset: a log line, as no event type stands for it.
     _O.PENDING: EventType.LOG,
     _O.SENDING: EventType.TASK_SENDING,
     _O.SENT: EventType.TASK_SENT,

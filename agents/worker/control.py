@@ -6,7 +6,7 @@ among the process groups it recorded as running on this host (``agents.worker.lo
 to each whole group — the pool process and every subprocess the operation started — and SIGKILL
 to what is left after the grace period. A worker that runs none of them does nothing, and an
 agent that misses the broadcast (offline, restarting) can never start those attempts later:
-fencing refuses them, as the operations are already ``cancelled`` (SPEC §5, §7).
+fencing refuses them, as the operations are already ``cancelled``.
 
 The handler runs in the worker's main process, never in a pool process, so it can signal a pool
 process that is busy; Celery replaces a pool process that died.
@@ -123,7 +123,7 @@ def switchyard_cancel(state, attempts=None, **kwargs):
 def switchyard_running(state, **kwargs):
     """What this worker runs now: its agent name, this run's incarnation and the operation
     attempts its pool processes run (keys ``<operation id>.<attempt>``). A manager that starts
-    asks every worker, to tell the operations still running from those lost (SPEC §9)."""
+    asks every worker, to tell the operations still running from those lost."""
     return {"ok": {"agent": local.name(), "incarnation": local.incarnation(), "running": local.running_attempts()}}
 
 

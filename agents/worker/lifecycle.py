@@ -110,7 +110,7 @@ def heartbeat(name) -> Ticker:
 
 
 class GracefulShutdown:
-    """SIGTERM to a manager or agent (SPEC §9), in the phases of
+    """SIGTERM to a manager or agent, in the phases of
     ``WORKFLOWS["SHUTDOWN_PHASE_TIMEOUTS"]``:
 
     1. ``stop_intake``: Celery's warm shutdown stops consuming at once; the threads in

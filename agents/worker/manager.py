@@ -1,4 +1,4 @@
-"""A manager's own work beside its Celery worker: what it does when it starts (SPEC §9), and
+"""A manager's own work beside its Celery worker: what it does when it starts, and
 the tick it runs every half second.
 
 When it starts, before it takes messages:

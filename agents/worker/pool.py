@@ -29,7 +29,7 @@ def prepare(app):
     tasks carry their own acknowledgement options: ``dispatch.TASK_OPTIONS``).
 
     An operation running when the broker connection drops runs on: its result goes to the
-    database, not the broker, and what the broker lost is sent again from the database (SPEC §9).
+    database, not the broker, and what the broker lost is sent again from the database.
     A channel the broker closes is a connection lost too, not the end of the worker: RabbitMQ
     closes the channel of a consumer that holds a message unacknowledged longer than its
     ``consumer_timeout`` (30 minutes by default), which every operation that runs longer does, as

@@ -61,7 +61,7 @@ _format_checker = jsonschema.FormatChecker()
 
 @_format_checker.checks("date-time", raises=ValueError)
 def _utc_timestamp(value):
-    """ISO 8601, in UTC (SPEC §8)."""
+    """ISO 8601, in UTC."""
     if not isinstance(value, str):
         return True
     parsed = datetime.datetime.fromisoformat(value)
@@ -104,7 +104,7 @@ class CheckedClient(APIClient):
 
 
 def assert_error(response, status, error_code):
-    """The one error shape (SPEC §8), with this status and code."""
+    """The one error shape, with this status and code."""
     assert response.status_code == status, (response.status_code, response.content)
     body = response.json()
     assert set(body) == {"error_code", "message"}, body

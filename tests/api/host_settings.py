@@ -1,4 +1,4 @@
-"""A host project's settings (SPEC §14) that contradict everything Switchyard's API does: its
+"""A host project's settings that contradict everything Switchyard's API does: its
 REST_FRAMEWORK and SPECTACULAR_SETTINGS below, another time zone, and Switchyard's API under
 another prefix (``tests.api.host_urls``).
 

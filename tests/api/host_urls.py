@@ -1,4 +1,4 @@
-"""A host project's URLconf (SPEC §14): its admin, an endpoint of its own API, and Switchyard's
+"""A host project's URLconf: its admin, an endpoint of its own API, and Switchyard's
 API under a prefix of its choosing."""
 
 from django.contrib import admin

@@ -1,4 +1,4 @@
-"""POST /api/v1/executions/{id}: cancel, force-cancel, kill, resume, force-resume (SPEC §4, §8)."""
+"""POST /api/v1/executions/{id}: cancel, force-cancel, kill, resume, force-resume."""
 
 import uuid
 

@@ -1,5 +1,5 @@
 """Authentication and permissions: every endpoint needs a logged-in user (DRF token or session);
-the token of an execution is never shown (SPEC §4, §8)."""
+the token of an execution is never shown."""
 
 import uuid
 

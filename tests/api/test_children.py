@@ -1,4 +1,4 @@
-"""Child executions in the API (SPEC §8, §12): ``parent`` and ``parent_step`` in an execution's
+"""Child executions in the API: ``parent`` and ``parent_step`` in an execution's
 JSON, ``GET /executions?parent=``, and a child's step as a graph node of kind ``workflow``."""
 
 from tests.api.conftest import API, assert_error

@@ -1,5 +1,5 @@
-"""Every error is ``{"error_code", "message"}``, and no input, however malformed, is a 500
-(SPEC §8). Paths answer with and without a trailing slash, the same way."""
+"""Every error is ``{"error_code", "message"}``, and no input, however malformed, is a 500.
+Paths answer with and without a trailing slash, the same way."""
 
 import uuid
 

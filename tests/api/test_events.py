@@ -1,4 +1,4 @@
-"""POST /api/v1/executions/{id}/events and GET /api/v1/events (SPEC §8, §10)."""
+"""POST /api/v1/executions/{id}/events and GET /api/v1/events."""
 
 import uuid
 

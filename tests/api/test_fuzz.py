@@ -1,4 +1,4 @@
-"""No input, however malformed, causes a 500 (SPEC §8): a seeded random run of odd bodies, query
+"""No input, however malformed, causes a 500: a seeded random run of odd bodies, query
 strings and ids against every endpoint. Every response is also checked against the schema
 (``CheckedClient``), so what it answers is what the schema says it may answer."""
 

@@ -1,4 +1,4 @@
-"""Switchyard's API in a host project whose settings contradict it (SPEC §14, issue 17).
+"""Switchyard's API in a host project whose settings contradict it (issue 17).
 
 The host (``tests.api.host_settings``, ``tests.api.host_urls``) configures DRF for its own API
 (no authentication, ``AllowAny``, page-number pagination of 2, the browsable API, DRF's

@@ -1,4 +1,4 @@
-"""GET /api/v1/executions/{id}/operations and /graph (SPEC §5, §8)."""
+"""GET /api/v1/executions/{id}/operations and /graph."""
 
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""GET /api/v1/schema (OpenAPI 3, drf-spectacular) and GET /api/v1/docs (SPEC §8)."""
+"""GET /api/v1/schema (OpenAPI 3, drf-spectacular) and GET /api/v1/docs."""
 
 import json
 import re

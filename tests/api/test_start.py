@@ -1,4 +1,4 @@
-"""POST /api/v1/executions: starting an execution through the API (SPEC §4, §8)."""
+"""POST /api/v1/executions: starting an execution through the API."""
 
 import pytest
 
@@ -133,7 +133,7 @@ def test_parameters_nested_too_deeply_are_refused_and_large_integers_are_kept(ap
     assert Execution.objects.get(pk=response.json()["id"]).parameters == {"n": 2**70}
 
 
-# --- one active execution per deployment (SPEC §4) ---------------------------------------------
+# --- one active execution per deployment ------------------------------------------------------
 
 def test_a_deployment_with_an_active_execution_refuses_another(api, make_execution):
     active = make_execution(status=ExecutionStatus.STARTED, deployment_id="dep")

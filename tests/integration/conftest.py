@@ -80,10 +80,10 @@ def stack(request, tmp_path, transactional_db, monkeypatch):
 
 
 def assert_every_ended_execution_consistent():
-    """The invariant over every test that runs a stack (SPEC §7, cancel first, terminate after):
+    """The invariant over every test that runs a stack (cancel first, terminate after):
     in every execution that ended, every operation that started has exactly one terminal task
     event, every operation is terminal, and no task event follows the execution's terminal event;
-    and every child of an execution that ended had ended before it (SPEC §12)."""
+    and every child of an execution that ended had ended before it."""
     from workflows_app.models import Event, Execution
     from workflows_app.states import EXECUTION_TERMINAL
 

@@ -522,7 +522,7 @@ def describe_execution(execution_id, events=30) -> str:
 
 
 def assert_operation_events_consistent(execution, *, require_terminal=True):
-    """The event log agrees with the state machines (SPEC §5, §7, §10):
+    """The event log agrees with the state machines:
 
     * each operation's state events chain (every event's ``from`` is the previous ``to``,
       starting at ``pending``) and end in the operation's stored state;

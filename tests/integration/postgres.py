@@ -1,5 +1,5 @@
 """A PostgreSQL cluster of the test's own, so that a chaos test can stop and restart the database
-(SPEC §9, the database outage) without touching the machine's.
+(the database outage) without touching the machine's.
 
     cluster = PostgresCluster.create()      # initdb + pg_ctl start on a free port
     with cluster.serving_django("switchyard"):   # the test process' default connection, migrated

@@ -1,4 +1,4 @@
-"""Schemathesis against the API's own OpenAPI schema (SPEC §8): generated requests to every
+"""Schemathesis against the API's own OpenAPI schema: generated requests to every
 operation — valid ones and, for every parameter and body, invalid ones — through the real WSGI
 application with a real token. No response is a 500, every response matches the schema (its
 status code, content type and body), and invalid input is refused.
@@ -58,6 +58,6 @@ def test_no_request_causes_a_500_and_every_response_matches_the_schema(case, tok
     if case.method == "POST" and case.path == "/api/v1/executions":
         # Whether a start is valid depends on the registered workflow named in the body (its
         # parameters), which a static schema cannot say: a well-formed body naming no workflow is
-        # a 400 unknown_workflow by contract (SPEC §8), not a rejected valid request.
+        # a 400 unknown_workflow by design, not a rejected valid request.
         excluded.append(checks.positive_data_acceptance)
     case.call_and_validate(headers={"Authorization": f"Token {token}"}, excluded_checks=excluded)

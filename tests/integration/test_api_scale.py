@@ -1,5 +1,5 @@
 """A large history: 100,000 ended executions and 1,000,000 events, and the lists stay
-index-backed (SPEC §8; issue 6, then issue 19's "a large history").
+index-backed (issue 6, then issue 19's "a large history").
 
 The history is the benchmark's (``bench.history.seed``: SQL ``generate_series``, rows shaped like
 the engine's, the tables analysed), written once for the module. Each list request — every

@@ -1,4 +1,4 @@
-"""The operators' console in a real browser (SPEC §13): Playwright for Python driving Debian's
+"""The operators' console in a real browser: Playwright for Python driving Debian's
 ``chromium`` against a real web server, manager, agent and Flower.
 
 An operator logs in, starts a workflow from the admin's start form, watches its page while it

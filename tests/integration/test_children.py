@@ -1,4 +1,4 @@
-"""Child executions (SPEC §12) with a real manager and real agents: a parent's children run on
+"""Child executions with a real manager and real agents: a parent's children run on
 the agents as executions of their own; a kill, a cancel or a resume of the parent goes down the
 tree; a manager SIGKILLed while a tree runs loses nothing.
 

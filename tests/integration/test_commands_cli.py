@@ -1,4 +1,4 @@
-"""The commands a script runs against a real manager and agent (SPEC §11): ``--wait`` shows the
+"""The commands a script runs against a real manager and agent: ``--wait`` shows the
 progress (operations done of total, per state) with tqdm on stderr and exits non-zero unless the
 execution completed; with ``--json`` stdout holds only the execution once it ended, as the REST
 API shows it; ``tail_events --follow --json`` streams the events as they are written.

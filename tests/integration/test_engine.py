@@ -100,7 +100,7 @@ def gone(pid) -> bool:
         return True
 
 
-# --- Cromwell's worked example (SPEC §7) ---------------------------------------------------
+# --- Cromwell's worked example ------------------------------------------------------------
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("mode", [FailureMode.NO_NEW_CALLS, FailureMode.CONTINUE_WHILE_POSSIBLE, FailureMode.FAIL_FAST])
@@ -285,7 +285,7 @@ def test_agent_killed_mid_operation_is_retried_after_it_starts_again(stack):
     lost = events(execution, "task_rescheduled", "long")
     assert [e.data.get("attempt") for e in lost] == [1], "attempt 1 was lost: a retryable failure"
     # The agent that starts again kills the operation process groups its earlier run left on
-    # this host (SPEC §9): the command attempt 1 started is gone long before its minute is up.
+    # this host: the command attempt 1 started is gone long before its minute is up.
     stack.wait_for(lambda: gone(first["child"]), 30, f"the command {first['child']} of attempt 1 to be killed")
     assert_operation_events_consistent(execution)
 

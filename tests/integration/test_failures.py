@@ -1,4 +1,4 @@
-"""Workflow code meets failure (SPEC §7), end to end on a real manager and agent: a step's failure
+"""Workflow code meets failure, end to end on a real manager and agent: a step's failure
 caught and compensated (the saga) in every failure mode and every way of running steps, one
 recorded and raised again, a fail_fast cancel that kills the running step's processes before the
 code sees the failure, workflow code that raises and is tried again until a fix is deployed, and

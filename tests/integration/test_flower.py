@@ -1,4 +1,4 @@
-"""Flower names Switchyard's operations (SPEC §13): a real manager, agent and ``manage.py
+"""Flower names Switchyard's operations: a real manager, agent and ``manage.py
 run_flower`` on the test's broker; a workflow of three named steps runs, and everything this
 test knows about its messages it learns from Flower's HTTP API — the task list, the task-name
 filter, the search and a task's page — never from the messages themselves. Flower asks for the

@@ -1,4 +1,4 @@
-"""Resume, restart, reconnection and shutdown with real processes (SPEC §4, §9): chaos tests.
+"""Resume, restart, reconnection and shutdown with real processes: chaos tests.
 
 Every test runs a real manager and real agents (``tests/integration/harness.py``), breaks
 something — a failed operation, a cancel, a SIGKILLed manager, a restarted broker, a SIGTERM —

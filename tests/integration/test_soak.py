@@ -1,4 +1,4 @@
-"""A soak with chaos (SPEC §4–§7, §9, §10): what a user relies on when processes die, the broker
+"""A soak with chaos: what a user relies on when processes die, the broker
 restarts and the database restarts, all while hundreds of executions run.
 
 Two managers and two agents, on a PostgreSQL cluster and a Redis server of the test's own, run

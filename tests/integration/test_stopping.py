@@ -1,4 +1,4 @@
-"""Cancel, force-cancel and kill (SPEC §4, §7) with a real manager and real agents.
+"""Cancel, force-cancel and kill with a real manager and real agents.
 
 Operations count their real invocations in marker files; process ids come from those markers
 and are checked with psutil. The ``stack`` fixture also checks, after each test, the invariant of
@@ -170,7 +170,7 @@ def test_a_cancel_still_cancelling_after_cancel_timeout_is_killed(stack):
     ("fail", "failed"), ("cancel", "cancelled"), ("return", "completed"), ("timeout", "timed_out"),
 ])
 def test_every_ending_cancels_and_stops_running_operations_before_the_execution_ends(stack, how, status):
-    """Cancel first, terminate after (SPEC §7): ``busy`` runs (and ignores cancellation) when the
+    """Cancel first, terminate after: ``busy`` runs (and ignores cancellation) when the
     execution ends; it gets its terminal event first, and its process is stopped."""
     s = up(stack)
     execution = services.start("it_ends_while_running", {"agent": s.h1, "how": how},

@@ -1,6 +1,6 @@
 """A workflow waiting for an event and a timer, end to end: a real manager (``run_manager``) on
 the test's database and broker; the event is delivered through the service the API's
-``POST /executions/{id}/events`` calls. While it waits the execution is only rows (SPEC §6)."""
+``POST /executions/{id}/events`` calls. While it waits the execution is only rows."""
 
 import pytest
 

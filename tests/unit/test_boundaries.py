@@ -1,4 +1,4 @@
-"""The direction of imports (SPEC §14, README "Architecture"), read from the source: the two apps
+"""The direction of imports (README "Architecture"), read from the source: the two apps
 never import this repository's ``switchyard`` project; ``agents`` (the worker side) sits on top of
 ``workflows_app``, which never imports it; and inside, each layer imports only its own layer and
 those below — entry points over the worker runtime over services over the engine over the

@@ -1,5 +1,5 @@
 """The canvas compiler: Celery canvases of plain signatures become graph nodes with Celery's
-meaning and the SPEC §6 names. No database, no broker, no Celery app."""
+meaning, named by position and operation. No database, no broker, no Celery app."""
 
 import pytest
 from celery import chain, chord, group, signature
@@ -52,34 +52,34 @@ def run(compiled):
     return resolve(compiled.output.to_json(), results)
 
 
-def spec_example_chain():
+def nested_example_chain():
     return chain(s("add", 1, 1), group(s("add", 2), s("mul", 3)), s("xsum"))
 
 
-# --- the SPEC's example, whichever way it is spelled -------------------------------------
-def test_the_spec_example_is_named_by_position_and_operation():
-    assert names(compile_canvas(spec_example_chain())) == ["0:add", "1.0:add", "1.1:mul", "2:xsum"]
+# --- the nested example, whichever way it is spelled ------------------------------------
+def test_the_nested_example_is_named_by_position_and_operation():
+    assert names(compile_canvas(nested_example_chain())) == ["0:add", "1.0:add", "1.1:mul", "2:xsum"]
 
 
-def test_the_spec_example_spelled_with_pipes_compiles_to_the_same_nodes():
+def test_the_nested_example_spelled_with_pipes_compiles_to_the_same_nodes():
     piped = s("add", 1, 1) | group(s("add", 2), s("mul", 3)) | s("xsum")
-    assert compile_canvas(piped) == compile_canvas(spec_example_chain())
+    assert compile_canvas(piped) == compile_canvas(nested_example_chain())
 
 
-def test_the_spec_example_without_celerys_chord_upgrade_compiles_to_the_same_nodes():
+def test_the_nested_example_without_celerys_chord_upgrade_compiles_to_the_same_nodes():
     raw = _chain(s("add", 1, 1), group(s("add", 2), s("mul", 3)), s("xsum"))
-    assert compile_canvas(raw) == compile_canvas(spec_example_chain())
+    assert compile_canvas(raw) == compile_canvas(nested_example_chain())
 
 
-def test_the_spec_example_task_after_the_group_receives_the_group_results_in_order_and_waits_for_both():
-    compiled = compile_canvas(spec_example_chain())
+def test_the_nested_example_task_after_the_group_receives_the_group_results_in_order_and_waits_for_both():
+    compiled = compile_canvas(nested_example_chain())
     assert deps(compiled)["2:xsum"] == {"1.0:add", "1.1:mul"}
     assert inputs(compiled)["2:xsum"] == {"list": [{"result": "1.0:add"}, {"result": "1.1:mul"}]}
 
 
-def test_the_spec_example_computes_what_celery_computes():
+def test_the_nested_example_computes_what_celery_computes():
     # add(1, 1) = 2; add(2, 2) = 4, mul(2, 3) = 6; xsum([4, 6]) = 10
-    assert run(compile_canvas(spec_example_chain())) == 10
+    assert run(compile_canvas(nested_example_chain())) == 10
 
 
 # --- chains -------------------------------------------------------------------------------
@@ -417,7 +417,7 @@ def test_operation_name_of_names_the_operation_and_can_refuse_a_signature():
 
 
 def test_a_serialised_signature_compiles_like_the_signature():
-    assert compile_canvas(dict(spec_example_chain())) == compile_canvas(spec_example_chain())
+    assert compile_canvas(dict(nested_example_chain())) == compile_canvas(nested_example_chain())
 
 
 # --- refusals -----------------------------------------------------------------------------

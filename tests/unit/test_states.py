@@ -1,4 +1,4 @@
-"""The transition tables read back against SPEC §4 and §5, written here independently of the
+"""The transition tables read back against tables written here independently of the
 code, so that a change to either shows up as a failure. Pure: no database."""
 
 import pytest
@@ -27,7 +27,7 @@ cancelled | failed -> started
 started          -> started
 """
 
-# SPEC §5, with "any non-terminal -> cancelled" and the resume resets spelled out.
+# The operation's table, with "any non-terminal -> cancelled" and the resume resets spelled out.
 SPEC_OPERATION = """
 pending     -> sending
 sending     -> sent
@@ -55,11 +55,11 @@ def table_pairs(transitions):
     return {(source.value, target.value) for source, targets in transitions.items() for target in targets}
 
 
-def test_execution_table_is_exactly_the_spec():
+def test_execution_table_is_exactly_the_one_above():
     assert table_pairs(EXECUTION_TRANSITIONS) == parse(SPEC_EXECUTION)
 
 
-def test_operation_table_is_exactly_the_spec():
+def test_operation_table_is_exactly_the_one_above():
     assert table_pairs(OPERATION_TRANSITIONS) == parse(SPEC_OPERATION)
 
 
@@ -68,7 +68,7 @@ def test_every_status_and_state_has_a_row():
     assert set(OPERATION_TRANSITIONS) == set(OperationState)
 
 
-def test_terminal_groups_are_the_specs():
+def test_terminal_groups_are_exactly_these():
     assert EXECUTION_TERMINAL == {"completed", "failed", "cancelled", "timed_out"}
     assert EXECUTION_ACTIVE == set(ExecutionStatus) - EXECUTION_TERMINAL
     assert OPERATION_TERMINAL == {"succeeded", "failed", "cancelled"}

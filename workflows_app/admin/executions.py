@@ -1,4 +1,4 @@
-"""Django admin for executions (SPEC §13): a list to find them, a page per execution to watch and
+"""Django admin for executions: a list to find them, a page per execution to watch and
 steer it — its summary, a picture of its graph, its operations, its latest events, the five
 actions — and a form that starts one.
 

@@ -11,7 +11,7 @@ from workflows_app.errors import ValueRefused
 from workflows_app.registry import workflows
 from workflows_app.states import FailureMode
 
-#: What to do when the deployment already has an active execution (SPEC §4).
+#: What to do when the deployment already has an active execution.
 IF_BUSY = [("refuse", "refuse to start"), ("queue", "queue behind it"), ("force", "run beside it")]
 
 

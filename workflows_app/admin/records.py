@@ -1,4 +1,4 @@
-"""The admin's read-only records: operations and the event log (SPEC §13: nothing here edits a
+"""The admin's read-only records: operations and the event log (nothing here edits a
 state or the log, and nothing adds them by hand). They are part of their execution: whoever may
 view executions reads them, those of the executions it may view (``workflows_app.permissions``),
 whatever Django's own view_operation and view_event say."""

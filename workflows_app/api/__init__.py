@@ -1,5 +1,5 @@
-"""The REST API under ``/api/v1/`` (SPEC §8), or wherever a host project includes
-``workflows_app.api.urls`` (SPEC §14): DRF views that parse, call one service
+"""The REST API under ``/api/v1/``, or wherever a host project includes
+``workflows_app.api.urls``: DRF views that parse, call one service
 (``workflows_app.services``) and translate its errors.
 
 One concept per module: ``base`` (the base of every view: its authentication, permissions,

@@ -1,4 +1,4 @@
-"""The one base of every view of the API (SPEC §14): its own authentication, permissions,
+"""The one base of every view of the API: its own authentication, permissions,
 pagination, filters, parsers, renderers, content negotiation, error handling and schema class,
 so that the API is the same in any Django project, whatever its ``REST_FRAMEWORK`` says.
 

@@ -1,4 +1,4 @@
-"""DRF's settings as Switchyard's API reads them (SPEC §14): DRF's defaults and the values below,
+"""DRF's settings as Switchyard's API reads them: DRF's defaults and the values below,
 never the ``REST_FRAMEWORK`` setting of the project the API is installed in.
 
 A host project's ``REST_FRAMEWORK`` configures the host's own API (``AllowAny``, page-number
@@ -28,9 +28,9 @@ SETTINGS = {
         "workflows_app.api.throttling.ReadRateThrottle",
         "workflows_app.api.throttling.WriteRateThrottle",
     ],
-    # Every error: {"error_code", "message"} (SPEC §8).
+    # Every error: {"error_code", "message"}.
     "EXCEPTION_HANDLER": "workflows_app.api.errors.exception_handler",
-    # Every list: ?limit=&offset= (SPEC §8), filtered by django-filter FilterSets.
+    # Every list: ?limit=&offset=, filtered by django-filter FilterSets.
     "DEFAULT_PAGINATION_CLASS": "workflows_app.api.pagination.Pagination",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # JSON in and out; the documentation page (GET docs) is the HTML.

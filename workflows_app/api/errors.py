@@ -1,6 +1,6 @@
 """API errors and the one exception handler (every view's: ``SwitchyardView.get_exception_handler``).
 
-Every error answers ``{"error_code": "...", "message": "..."}`` (SPEC §8). DRF's own errors keep
+Every error answers ``{"error_code": "...", "message": "..."}``. DRF's own errors keep
 their codes (``parse_error``, ``not_authenticated``, ``authentication_failed``,
 ``permission_denied``, ``not_found``, ``method_not_allowed``, ``not_acceptable``,
 ``unsupported_media_type``, ``throttled``), except that every ``ValidationError`` is

@@ -1,4 +1,4 @@
-"""The query filters of the lists (django-filter FilterSets, SPEC §8).
+"""The query filters of the lists (django-filter FilterSets).
 
 A filter given a value that is not one of its field's values is a 400 ``invalid_parameters``
 (the backend raises it), and so is a typed filter given an empty value (``?status=``): the
@@ -98,7 +98,7 @@ class ExecutionFilter(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=ExecutionStatus.choices, help_text="only executions in this status")
     workflow_id = TextFilter(help_text="only executions of this workflow")
     deployment_id = TextFilter(help_text="only executions of this deployment")
-    parent = django_filters.UUIDFilter(help_text="only the children of this execution (SPEC §12)")
+    parent = django_filters.UUIDFilter(help_text="only the children of this execution")
     created_after = UTCDateTimeFilter(field_name="created_at", lookup_expr="gte",
                                       help_text="only executions created at or after this time (ISO 8601)")
     created_before = UTCDateTimeFilter(field_name="created_at", lookup_expr="lt",

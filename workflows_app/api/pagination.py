@@ -1,4 +1,4 @@
-"""Every list is paginated with DRF's limit/offset pagination (SPEC §8): ``?limit=&offset=``,
+"""Every list is paginated with DRF's limit/offset pagination: ``?limit=&offset=``,
 100 by default, at most 1000 (a larger limit is cut down to 1000), answered as
 ``count/next/previous/results``.
 

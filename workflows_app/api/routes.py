@@ -1,6 +1,6 @@
 """Endpoints that other apps add to the API, as ``admin.site.register`` adds a model to the admin.
 
-``agents`` sits on top of ``workflows_app``, which never imports it (SPEC §14); yet its endpoint
+``agents`` sits on top of ``workflows_app``, which never imports it; yet its endpoint
 (``GET agents``) must be served under the one URLconf a host project includes
 (``workflows_app.api.urls``). So the agents app registers it from its ``AppConfig.ready()``::
 

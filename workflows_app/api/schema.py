@@ -4,7 +4,7 @@ Generation (``SchemaGenerator``, used by ``GET schema``, ``GET docs`` and ``mana
 --generator-class workflows_app.api.schema.SchemaGenerator``) documents the endpoints of this
 API only, not the host project's, under the prefix the host includes the API at, with
 drf-spectacular's settings as Switchyard needs them (``SPECTACULAR_SETTINGS`` below over
-drf-spectacular's defaults), whatever the host's ``SPECTACULAR_SETTINGS`` say (SPEC §14).
+drf-spectacular's defaults), whatever the host's ``SPECTACULAR_SETTINGS`` say.
 
 Annotations: the error responses and the parameters the views share, the preprocessing hook
 that names paths without their trailing slash, and the schema of ``workflow_id``. Every status
@@ -38,7 +38,7 @@ from workflows_app.registry import workflows
 #: names it ``AgentStatusEnum`` after its component.)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Switchyard API",
-    "DESCRIPTION": "Durable workflow executions: start, watch, cancel, kill and resume them (SPEC §8). "
+    "DESCRIPTION": "Durable workflow executions: start, watch, cancel, kill and resume them (see docs/api.md). "
                    "Every error is {\"error_code\", \"message\"}; every list is paginated with limit/offset.",
     "VERSION": "1",
     # Request bodies get their own components (…Request), with their own constraints.
@@ -187,7 +187,7 @@ EXECUTION_ORDERING_PARAMETER = OpenApiParameter(
 
 def paths_without_trailing_slash(endpoints):
     """drf-spectacular preprocessing hook: ``/api/v1/executions/`` (from the route's ``/?$``)
-    is documented as ``/api/v1/executions``, as SPEC §8 names it."""
+    is documented as ``/api/v1/executions``, without its trailing slash."""
     return [(path.rstrip("/") if path != "/" else path, path_regex, method, callback)
             for path, path_regex, method, callback in endpoints]
 

@@ -1,4 +1,4 @@
-"""What the API takes and answers (SPEC §4, §5, §8, §10).
+"""What the API takes and answers.
 
 Output serializers are read-only views of the models; the execution's token (``token_hash``)
 is never one of their fields. Input serializers are strict: each field takes its JSON type
@@ -6,8 +6,8 @@ only, and a key that is not a field is refused (a misspelt ``"dry-run": true`` m
 a real run).
 
 Timestamps are ISO 8601 in UTC and big integers are numbers, whatever the project's
-``TIME_ZONE`` and ``REST_FRAMEWORK`` (``DATETIME_FORMAT``, ``COERCE_BIGINT_TO_STRING``) say
-(SPEC §8, §14): DRF's fields read those from the project's settings as they serialize, so the
+``TIME_ZONE`` and ``REST_FRAMEWORK`` (``DATETIME_FORMAT``, ``COERCE_BIGINT_TO_STRING``) say:
+DRF's fields read those from the project's settings as they serialize, so the
 model serializers of the API (``APIModelSerializer``, the agents app's too) use fields of
 their own.
 """
@@ -34,7 +34,7 @@ from workflows_app import queries
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.states import FailureMode, OperationState, StepKind
 
-#: The actions of ``POST /executions/{id}`` (SPEC §4).
+#: The actions of ``POST /executions/{id}``.
 ACTIONS = ("cancel", "force-cancel", "kill", "resume", "force-resume")
 #: Longest timeout or wait_after_fail accepted, in seconds (about 31 years): the engine adds
 #: them to dates, which end in the year 9999.
@@ -42,7 +42,7 @@ MAX_SECONDS = 10**9
 
 
 class ErrorSerializer(serializers.Serializer):
-    """Every error response (SPEC §8)."""
+    """Every error response."""
 
     error_code = serializers.CharField(help_text="what went wrong, e.g. invalid_parameters, not_found")
     message = serializers.CharField(help_text="a readable one-line explanation")
@@ -75,7 +75,7 @@ class APIModelSerializer(serializers.ModelSerializer):
 
 
 class ExecutionSerializer(APIModelSerializer):
-    """An execution (SPEC §4); never its token."""
+    """An execution; never its token."""
 
     parameters = serializers.DictField(read_only=True, help_text="the workflow's parameters")
     payload = serializers.DictField(read_only=True, help_text="the durable workflow data, {} at start")
@@ -85,7 +85,7 @@ class ExecutionSerializer(APIModelSerializer):
         fields = ("id", "workflow_id", "deployment_id", "parameters", "status", "failure_mode", "timeout",
                   "wait_after_fail", "payload", "error", "is_dry_run", "created_by", "created_at", "started_at",
                   "ended_at", "parent", "parent_step")
-        extra_kwargs = {"parent": {"help_text": "the execution that started this one as a child (SPEC §12), or null"},
+        extra_kwargs = {"parent": {"help_text": "the execution that started this one as a child, or null"},
                         "parent_step": {"help_text": "the step of the parent that follows this child; '' for none"}}
         read_only_fields = fields
 
@@ -151,7 +151,7 @@ def _detail_serializer():
 
 
 class OperationSerializer(APIModelSerializer):
-    """An operation (SPEC §5): one step of an execution."""
+    """An operation: one step of an execution."""
 
     depends_on = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name",
                                               help_text="the names of the steps it waits for")
@@ -189,7 +189,7 @@ class GraphSerializer(serializers.Serializer):
 
 
 class EventSerializer(APIModelSerializer):
-    """One entry of an execution's log (SPEC §10)."""
+    """One entry of an execution's log."""
 
     execution_id = serializers.UUIDField(read_only=True)
     data = serializers.JSONField(read_only=True)
@@ -284,7 +284,7 @@ class ActionField(StrictCharField):
 
 
 class ActionSerializer(StrictSerializer):
-    """An action on an execution (SPEC §4)."""
+    """An action on an execution."""
 
     action = ActionField(allow_blank=True, trim_whitespace=False)
 

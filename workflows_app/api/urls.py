@@ -1,4 +1,4 @@
-"""Routes of the API (SPEC §8), under whatever prefix the host project includes them at
+"""Routes of the API, under whatever prefix the host project includes them at
 (``path("api/v1/", include("workflows_app.api.urls"))``). Every path answers with and without a
 trailing slash, the same way and without a redirect (``/?$``); any other path is a JSON 404.
 

@@ -1,6 +1,6 @@
-"""The endpoints of ``/api/v1/`` (SPEC §8). Each parses its input, calls one service and
+"""The endpoints of ``/api/v1/``. Each parses its input, calls one service and
 translates the service's errors into API errors (``workflows_app.api.errors``). Each derives from
-``SwitchyardView`` first, which carries the API's configuration (SPEC §14). ``GET agents`` is the
+``SwitchyardView`` first, which carries the API's configuration. ``GET agents`` is the
 agents app's (``agents.api``), registered in ``workflows_app.api.routes``.
 
 Lists run a constant number of queries however many rows they show: a count and a page, plus

@@ -1,7 +1,7 @@
 """Compile a Celery canvas of operation signatures into graph nodes, with Celery's meaning.
 
 Nothing here sends anything: the nodes are stored by the engine, which counts fan-in in the
-database instead of in Celery's chord counter (SPEC §6).
+database instead of in Celery's chord counter.
 
 Meaning (Celery's, as a live Celery worker answers):
 

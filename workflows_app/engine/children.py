@@ -1,4 +1,4 @@
-"""Child executions (SPEC §12): a step of a parent execution that runs another registered
+"""Child executions: a step of a parent execution that runs another registered
 workflow as an execution of its own, and follows it.
 
 * ``ctx.execute_workflow`` stores the step (kind ``workflow``: its ``operation`` is the child's

@@ -10,7 +10,7 @@ dispatcher commits what was stored, and the function holds no thread or process 
 completion wakes the execution again.
 
 The context also notes which failed steps the code was shown (a wait raised ``StepFailed``):
-the dispatcher counts those as handled when the code goes on (SPEC §7).
+the dispatcher counts those as handled when the code goes on.
 """
 
 from dataclasses import replace
@@ -69,7 +69,7 @@ def _name_of(dependency):
 
 
 class WorkflowContext:
-    """``ctx`` of a workflow function (SPEC §6)."""
+    """``ctx`` of a workflow function."""
 
     def __init__(self, execution, operations):
         self._execution = execution
@@ -126,7 +126,7 @@ class WorkflowContext:
 
     def execute_workflow(self, name, workflow, *, deployment_id=None, timeout=None, **params):
         """Start the registered workflow ``workflow`` as a child execution, followed by step
-        ``name`` of this one (SPEC §12), once: on replay the stored child is awaited, never
+        ``name`` of this one, once: on replay the stored child is awaited, never
         started twice. Its parameters are checked as a start checks them. The handle's result is
         the child's payload; a child that failed, timed out or was cancelled on its own fails the
         step (``StepFailed``). ``deployment_id``: the child's own (it never takes this
@@ -193,7 +193,7 @@ class WorkflowContext:
         return self._wait_for(WaitKind.SLEEP, "sleep", "", seconds).wait()
 
     def cancel_step(self, handle):
-        """Cancel one step (SPEC §7), at once: a step not started yet never starts (its message
+        """Cancel one step, at once: a step not started yet never starts (its message
         is revoked, fencing refuses it anyway); a running one is asked to stop — SIGTERM to its
         process group, SIGKILL after KILL_GRACE_SECONDS — and what it reports later is kept as a
         ``stale_report`` event. Steps that depend on it can never start: they are cancelled too.

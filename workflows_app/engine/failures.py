@@ -1,4 +1,4 @@
-"""What the engine does when something fails (SPEC §7): a step for good, or the workflow code.
+"""What the engine does when something fails: a step for good, or the workflow code.
 
 **A step fails for good.** The failure mode says what happens to the *other* steps before the
 workflow code sees the failure (:func:`before_replay`): ``no_new_calls`` cancels the steps not

@@ -1,5 +1,5 @@
 """What a workflow holds while it waits: handles of steps and of stored waits, and the
-combinators ``all_of`` / ``any_of`` / ``none_of`` over them (SPEC §6).
+combinators ``all_of`` / ``any_of`` / ``none_of`` over them.
 
 A handle reads the state its pass loaded; it never queries. ``wait()`` returns, raises the
 step's failure, or *suspends* the workflow when the step is not done
@@ -9,7 +9,7 @@ it — a wait handle settles its stored wait again first (``_refresh``).
 
 When a wait shows the workflow code a failed step (it raises ``StepFailed``, or ``any_of`` /
 ``none_of`` answer over it), the context notes that the code has seen that failure
-(``WorkflowContext._saw``): if the code goes on, the failure is handled (SPEC §7).
+(``WorkflowContext._saw``): if the code goes on, the failure is handled.
 """
 
 from workflows_app.engine import waits

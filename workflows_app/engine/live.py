@@ -22,7 +22,7 @@ The database stays the truth; a run is only a shortcut to it:
   the context refuses every call while it is not in its pass; its next pass replays.
 
 A pass on a fresh process or after an eviction replays exactly as it always did, so the two
-paths give the same result for a deterministic workflow (the rule of SPEC §6).
+paths give the same result for a deterministic workflow (workflow code must be deterministic).
 """
 
 import threading

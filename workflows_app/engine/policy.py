@@ -1,4 +1,4 @@
-"""The rules of SPEC §7 that decide what may happen next, read from the database: whether a new
+"""The rules that decide what may happen next, read from the database: whether a new
 call (an operation, or a retry) may start, how long a retry waits, how long a workflow whose
 code raised waits before its next try, and whether an execution's own timeout passed.
 
@@ -19,7 +19,7 @@ WORKFLOW_RETRY_CAP_SECONDS = 600
 
 def unhandled_failures(execution):
     """The execution's operations that failed for good and whose failure the workflow code has
-    not handled yet (SPEC §7: a handled failure no longer stops new calls)."""
+    not handled yet (a handled failure no longer stops new calls)."""
     return Operation.objects.filter(execution_id=execution.pk, state=OperationState.FAILED, failure_handled=False)
 
 
@@ -29,7 +29,7 @@ def first_unhandled_failure(execution):
 
 
 def allows_new_calls(execution, failed=None) -> bool:
-    """Whether a new operation (or a retry, which is a new call) may start now (SPEC §7): only
+    """Whether a new operation (or a retry, which is a new call) may start now: only
     while the execution is started, and in no_new_calls / fail_fast only while no failure is
     left unhandled. ``failed``: whether one is, when the caller knows it already."""
     if execution.status != ExecutionStatus.STARTED:

@@ -1,4 +1,4 @@
-"""Executions queued behind another of the same ``deployment_id`` (SPEC §4): when the active
+"""Executions queued behind another of the same ``deployment_id``: when the active
 one ends, the oldest queued one goes back to ``pending`` and is started.
 
 Driven by ``execution_status_changed`` (after every terminal transition is committed); the

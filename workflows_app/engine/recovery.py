@@ -1,4 +1,4 @@
-"""Carrying on from the database after a restart (SPEC §9): what a manager sends again when it
+"""Carrying on from the database after a restart: what a manager sends again when it
 starts, and what its tick sends again when the broker comes back without the messages it held.
 
 The database says what is to happen; messages are only ever sent again from it:

@@ -135,7 +135,7 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
 
 
 def record_lost(operation, attempt, message):
-    """Record an attempt lost with its worker (SPEC §9): a retryable failure ``WorkerLost``."""
+    """Record an attempt lost with its worker: a retryable failure ``WorkerLost``."""
     return record_failure(operation, attempt, {"type": "WorkerLost", "message": message, "traceback": ""}, retryable=True)
 
 

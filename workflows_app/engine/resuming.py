@@ -1,4 +1,4 @@
-"""Resume and force-resume, once the service allowed them (SPEC §4, §5, §12): the execution is
+"""Resume and force-resume, once the service allowed them: the execution is
 ``started`` again with a new token, the children its reset steps follow are resumed the same
 way, its steps are reset (``steps.reset``), a backoff of its workflow code is skipped, and its
 dispatcher is sent once this commits.

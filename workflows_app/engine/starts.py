@@ -1,5 +1,5 @@
 """A new execution, built from its workflow's definition: what a start from outside
-(``services.start``) and a child's start (``engine.children``) share (SPEC §4, §12)."""
+(``services.start``) and a child's start (``engine.children``) share."""
 
 from contextlib import nullcontext
 

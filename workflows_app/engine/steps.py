@@ -141,7 +141,7 @@ def cancelled_error(message, cause=None):
 
 
 def cancel(execution, operations, message, *, error=None, stop_processes=True, dependents=False, known=None):
-    """Cancel first, terminate after (SPEC §7), for each of ``operations`` not terminal yet:
+    """Cancel first, terminate after, for each of ``operations`` not terminal yet:
     ``cancelled`` with its event and ``error`` (default: :func:`cancelled_error`). The message of
     one not started is revoked (fencing refuses it anyway); one that was running is asked to
     stop — SIGTERM to its process group on every agent, SIGKILL after KILL_GRACE_SECONDS — once
@@ -243,7 +243,7 @@ def stop_attempts(execution_id, attempts, *, dispatcher=False):
 # --- resume -------------------------------------------------------------------------------
 
 def reset(execution, states, message):
-    """Resume's reset (SPEC §5): the execution's operations in ``states`` go back to ``pending``
+    """Resume's reset: the execution's operations in ``states`` go back to ``pending``
     with ``current_retries = 0`` (a handled failure is forgotten with its failure); the
     dependencies still to succeed are counted again; every pending operation whose dependencies
     have all succeeded is sent. Whatever process of a reset attempt may still run is stopped

@@ -1,15 +1,15 @@
-"""Stopping an execution: what cancel, force-cancel and kill do once asked (SPEC §4, §7).
+"""Stopping an execution: what cancel, force-cancel and kill do once asked.
 
 The services (``workflows_app.services``) decide whether the action is allowed; :func:`stop`
 moves the execution into ``cancelling``, ``force_cancelling`` or ``kill_cancelling`` and calls
 :func:`carry_on` in the same transaction. The dispatcher calls :func:`carry_on` again whenever it is woken for a stopping execution — an operation of a
 cancelling execution ended, or a manager started and carries on every execution it finds
-stopping (SPEC §9) — so a stop interrupted by a crash is finished by whoever comes next.
+stopping — so a stop interrupted by a crash is finished by whoever comes next.
 
 Every function here runs under the execution's row lock. Operations always get their terminal
 state and event before the execution its terminal one (cancel first, terminate after).
 
-Across a tree of executions (SPEC §12) a stop goes down: the parent's row is locked first, then
+Across a tree of executions a stop goes down: the parent's row is locked first, then
 each child's, so a parent and a child never wait for each other's locks. A step whose child is
 active is cancelled only once that child has stopped (:func:`stop_child`, from
 ``steps.cancel``), and a cancelling parent cancels its children and waits for them
@@ -40,7 +40,7 @@ from workflows_app.states import (
 )
 from workflows_app.transitions import execution_transition
 
-#: The error of an operation a kill stopped (SPEC §7: they end cancelled with error "killed").
+#: The error of an operation a kill stopped: they end cancelled with error "killed".
 KILLED = {"type": "Killed", "message": "killed", "traceback": ""}
 
 

@@ -1,5 +1,5 @@
 """Stored waits: what ``ctx.await_event``, ``ctx.wait_for_event`` and ``ctx.sleep`` leave behind
-while the workflow holds no thread or process (SPEC §6).
+while the workflow holds no thread or process.
 
 A wait is settled only inside ``advance`` (under the execution's row lock), when a replay of the
 workflow reaches it: it takes the oldest ``event_received`` event of its name that no wait took

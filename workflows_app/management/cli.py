@@ -1,4 +1,4 @@
-"""What the commands scripts call share (SPEC §11): one-line errors, the REST API's JSON, and
+"""What the commands scripts call share: one-line errors, the REST API's JSON, and
 following an execution to its end with a progress bar.
 
 Each command is a thin entry point: it parses its arguments, calls one service through
@@ -38,8 +38,8 @@ BAR_FORMAT = "{desc}: {n} of {total} operations done |{bar}| [{elapsed}{postfix}
 
 class OneLineErrorParser(CommandParser):
     """argparse prints its usage above an error, and Django's usage of a command lists every base
-    option (``--settings``, ``--traceback``...), several lines in all; SPEC §11 wants a one-line
-    reason for bad input, as every other error of these commands is."""
+    option (``--settings``, ``--traceback``...), several lines in all; these commands answer
+    bad input with a one-line reason, as they answer every other error."""
 
     def error(self, message):
         if self.called_from_command_line:

@@ -48,7 +48,7 @@ class Execution(models.Model):
     # How many passes the dispatcher made (engine.dispatcher): a live run another process keeps
     # of the workflow function (engine.live) knows from it that it was overtaken.
     passes = models.PositiveBigIntegerField(default=0, db_default=0, editable=False)
-    # A child execution (SPEC §12): the execution that started it, and the name of the step of
+    # A child execution: the execution that started it, and the name of the step of
     # that execution which follows it. A child goes with its parent when the parent is deleted.
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
                                editable=False)

@@ -24,7 +24,7 @@ class Operation(models.Model):
 
     ``state`` changes only through :mod:`workflows_app.transitions`. ``attempt`` grows by one on
     every send; the Celery task id is derived from ``id`` and ``attempt`` (``task_id``), and an
-    agent runs an attempt only while it is the current one (fencing, SPEC §5).
+    agent runs an attempt only while it is the current one (fencing).
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -61,10 +61,10 @@ class Operation(models.Model):
     # Whether the workflow function waits on this step by itself (ctx.execute); graph and canvas
     # steps wake it only when their graph can make no more progress.
     awaited = models.BooleanField(default=True)
-    # A failure the workflow code was shown (a wait raised StepFailed for it) and went on past
-    # (SPEC §7): it no longer stops new calls in no_new_calls / fail_fast. Stays failed.
+    # A failure the workflow code was shown (a wait raised StepFailed for it) and went on past:
+    # it no longer stops new calls in no_new_calls / fail_fast. Stays failed.
     failure_handled = models.BooleanField(default=False)
-    # The run of the agent that started the current attempt (SPEC §9).
+    # The run of the agent that started the current attempt.
     incarnation = models.CharField(max_length=64, blank=True, default="")
     # One timestamp per state: when the operation last entered it.
     pending_at = models.DateTimeField(auto_now_add=True)
