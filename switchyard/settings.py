@@ -120,15 +120,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     _sqlite_file = str(DATABASES["default"]["NAME"] or "")
     if _sqlite_file not in ("", ":memory:") and not _sqlite_file.startswith("file:") and Path(_sqlite_file).parent.is_dir():
         local_files.create_private_file(_sqlite_file)
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {
-            # BEGIN IMMEDIATE takes the write lock up front, so two writers queue instead of
-            # failing with "database is locked" when a reader upgrades to a writer.
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        }
-    )
+    # What several writing processes need (transactions that take the write lock as they begin,
+    # a writer that waits for it, write-ahead logging) Switchyard sets itself, in any project
+    # (workflows_app/db.py). This project's own choice: fewer fsyncs, which in WAL mode may lose
+    # the last transactions to a power cut but never corrupts the file.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("init_command", "PRAGMA synchronous=NORMAL;")
     # A file, not :memory:, so that the manager and agents a test starts see the test's rows.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-switchyard.sqlite3")}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
@@ -209,7 +205,7 @@ WORKFLOWS = _env_json_object("SWITCHYARD_WORKFLOWS")
 
 # --- REST framework --------------------------------------------------------------------
 # No REST_FRAMEWORK nor SPECTACULAR_SETTINGS: Switchyard's API carries its own configuration
-# (workflows_app.api.base, workflows_app.api.schema) and takes none of a project's (SPEC §14).
+# (workflows_app.api.base, workflows_app.api.schema) and takes none of a project's.
 
 LOGGING = {
     "version": 1,

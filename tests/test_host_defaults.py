@@ -1,4 +1,4 @@
-"""What the apps take from the project they are installed in (SPEC §14): its Celery app, in
+"""What the apps take from the project they are installed in: its Celery app, in
 every thread; where its local files go without a setting; which workflow modules it loads."""
 
 import importlib.util
@@ -87,7 +87,7 @@ def test_a_switchyard_worker_takes_one_message_at_a_time_and_runs_on_when_the_br
 def test_run_flower_without_flower_installed_says_how_to_install_it(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flower" else real(name, *a))
-    with pytest.raises(CommandError, match=r"pip install 'switchyard\[flower\]'"):
+    with pytest.raises(CommandError, match=r"pip install 'django-switchyard\[flower\]'"):
         call_command("run_flower")
 
 

@@ -3,11 +3,16 @@
     from workflows_app.conf import workflows_settings
     workflows_settings.KILL_GRACE_SECONDS
 
-Every key of ``DEFAULTS`` may be overridden in ``settings.WORKFLOWS`` (the demo project's
-settings read it from the environment variable ``SWITCHYARD_WORKFLOWS``, a JSON object; a host
-project's settings may do the same); an unknown key is refused — by the system
-check ``workflows.E001`` at start-up and by ``ConfigurationError`` on first read. The object
-reloads when ``WORKFLOWS`` changes under ``override_settings``.
+Every key of ``DEFAULTS`` may be overridden in ``settings.WORKFLOWS``; an unknown key is
+refused — by the system check ``workflows.E001`` at start-up and by ``ConfigurationError`` on
+first read. The object reloads when ``WORKFLOWS`` changes under ``override_settings``.
+
+The demo project's settings read ``WORKFLOWS`` from the environment variable
+``SWITCHYARD_WORKFLOWS`` (a JSON object); another project's settings may do the same, and when
+the variable is set but the project's ``WORKFLOWS`` does not carry it, the system check
+``workflows.E006`` says so (:mod:`workflows_app.environment`). The one key read from the
+environment in any project is ``FLOWER_URL``, from ``SWITCHYARD_STANDALONE_FLOWER_URL`` when
+``WORKFLOWS`` sets none: ``manage.py standalone`` tells the web server it starts where its Flower is.
 """
 
 import functools
@@ -42,6 +47,9 @@ DEFAULTS = {
     # Days an ended execution is kept before the managers purge it; None: kept for ever.
     "RETENTION_DAYS": None,
 }
+
+#: Where ``manage.py standalone``'s Flower is, for the web server it starts (see above).
+STANDALONE_FLOWER_URL_ENV = "SWITCHYARD_STANDALONE_FLOWER_URL"
 
 _NUMBER_KEYS = {"RETRY_INTERVAL", "WAIT_AFTER_FAIL", "KILL_GRACE_SECONDS", "CANCEL_TIMEOUT",
                 "AGENT_HEARTBEAT_SECONDS", "AGENT_OFFLINE_AFTER_SECONDS", "DATABASE_OUTAGE_TOLERANCE"}
@@ -123,6 +131,8 @@ class WorkflowsSettings:
         if found:
             raise ConfigurationError("; ".join(found))
         values = {**DEFAULTS, **user}
+        if "FLOWER_URL" not in user:
+            values["FLOWER_URL"] = os.environ.get(STANDALONE_FLOWER_URL_ENV) or None
         # A partial override of the shutdown phases keeps the other phases' defaults.
         values["SHUTDOWN_PHASE_TIMEOUTS"] = {**DEFAULTS["SHUTDOWN_PHASE_TIMEOUTS"], **user.get("SHUTDOWN_PHASE_TIMEOUTS", {})}
         values["API_THROTTLE_RATES"] = {**DEFAULTS["API_THROTTLE_RATES"], **user.get("API_THROTTLE_RATES", {})}
@@ -157,7 +167,7 @@ def _reload(*, setting, **kwargs):
 setting_changed.connect(_reload)
 
 
-#: The environment variable that moves Switchyard's local files (SPEC §14).
+#: The environment variable that moves Switchyard's local files.
 VAR_DIR_ENV = "SWITCHYARD_VAR_DIR"
 
 

@@ -1,6 +1,22 @@
-"""The statements on every operation's path, planned once per connection (PostgreSQL).
+"""Switchyard's database connections: SQLite set up for several writing processes, and the
+statements on every operation's path planned once per connection (PostgreSQL).
 
-Django binds parameters on the client (psycopg's ``ClientCursor``), which never prepares a
+**SQLite.** A manager, the web server and the commands (``start_execution``,
+``resume_execution --wait``) write one database file at once. Django's stock SQLite settings
+(``startproject``'s) do not allow for that: a transaction begins DEFERRED, takes the write lock
+only at its first write, and when another process holds it then, SQLite fails it at once with
+"database is locked" (waiting could deadlock), whatever the busy timeout. So, for the default
+database when it is SQLite, :func:`configure_sqlite` (at the app's ``ready()``, before Switchyard
+opens any connection) fills in the connection options Django documents, unless the project set
+them itself: ``transaction_mode`` IMMEDIATE (a transaction takes the write lock as it begins,
+so writers queue for it) and ``timeout`` (seconds a writer waits for it, Python's
+``sqlite3.connect(timeout=)``); and each new connection switches the file to write-ahead logging
+(``PRAGMA journal_mode=WAL``: readers never block the writer, nor it them) unless the project's
+``init_command`` chose a journal mode. The options go into the project's ``DATABASES`` dict, where
+Django reads them on every new connection: ``diffsettings`` shows them. A value the project set
+that several writers cannot work with is the system check ``workflows.W004``'s.
+
+**PostgreSQL.** Django binds parameters on the client (psycopg's ``ClientCursor``), which never prepares a
 statement: PostgreSQL parses and plans every query again. For the few statements each
 operation runs — the claim, a transition with its event, the countdown, the execution's lock,
 the idle check — planning cost about as much as running them. Those go through :func:`cursor`
@@ -16,8 +32,64 @@ break them.
 
 import functools
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.signals import connection_created
 from django.db.models import DEFERRED
+
+#: The connection options several writing processes need of SQLite, unless the project set them.
+SQLITE_OPTIONS = {"transaction_mode": "IMMEDIATE", "timeout": 30}
+#: The transaction modes that take the write lock as the transaction begins.
+SQLITE_WRITING_MODES = ("IMMEDIATE", "EXCLUSIVE")
+#: Below this many seconds of ``timeout``, a writer gives up while another one commits.
+SQLITE_MIN_TIMEOUT = 5
+
+
+def configure_sqlite():
+    """Fill in :data:`SQLITE_OPTIONS` for the default database (the one Switchyard writes) when
+    it is SQLite, and switch its new connections to write-ahead logging (see the module's
+    docstring)."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    if wrapper.vendor != "sqlite":
+        return
+    options = wrapper.settings_dict.setdefault("OPTIONS", {})
+    for key, value in SQLITE_OPTIONS.items():
+        options.setdefault(key, value)
+    # A connection opened before now (an app's ready() that ran a query) began with the options
+    # it was opened with: the next one takes these.
+    if wrapper.connection is not None and not wrapper.in_atomic_block:
+        wrapper.close()
+    connection_created.connect(_write_ahead_logging, dispatch_uid="workflows_app.db.write_ahead_logging")
+
+
+def _write_ahead_logging(sender, connection, **kwargs):
+    if connection.vendor != "sqlite" or connection.alias != DEFAULT_DB_ALIAS:
+        return
+    if "journal_mode" in (connection.settings_dict["OPTIONS"].get("init_command") or "").lower():
+        return  # the project chose its journal mode
+    # Kept by the file once set: on a database in WAL already this only reads its header.
+    connection.connection.execute("PRAGMA journal_mode=WAL")
+
+
+def sqlite_problems() -> list[str]:
+    """What the project set on its SQLite database that several writing processes cannot work
+    with, one sentence each (the options Switchyard fills in are fine)."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    if wrapper.vendor != "sqlite":
+        return []
+    options = wrapper.settings_dict.get("OPTIONS") or {}
+    where = f"DATABASES[{DEFAULT_DB_ALIAS!r}]['OPTIONS']"
+    found = []
+    mode = options.get("transaction_mode")
+    if str(mode or "DEFERRED").upper() not in SQLITE_WRITING_MODES:
+        found.append(f"{where}['transaction_mode'] is {mode!r}: with several processes writing the SQLite database "
+                     "(the web server, managers, commands), a transaction that reads before it writes fails with "
+                     f"'database is locked'; set it to 'IMMEDIATE', or remove it (Switchyard sets 'IMMEDIATE')")
+    timeout = options.get("timeout")
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < SQLITE_MIN_TIMEOUT:
+        found.append(f"{where}['timeout'] is {timeout!r}: a writer that waits longer than that for another one fails "
+                     f"with 'database is locked'; set it to {SQLITE_OPTIONS['timeout']} or more, or remove it "
+                     f"(Switchyard sets {SQLITE_OPTIONS['timeout']})")
+    return found
 
 
 def cursor():

@@ -3,11 +3,18 @@
 ``@workflow`` and ``@operation`` (re-exported by :mod:`workflows_app.sdk`) register here at
 import. Every process imports the configured modules at start-up (``AppConfig.ready``), so a
 name means the same code on the manager, the agents and the API.
+
+A module that cannot be imported (a misspelt name, or an error raised while it runs) does not
+stop the process where Django starts it: why is kept, one line each (:func:`module_problems`),
+for the system check ``workflows.E005`` (so ``check`` and ``migrate`` report it instead of a
+traceback), for ``run_manager`` and ``run_agent``, which refuse to start without their
+workflows (:func:`require_workflow_modules`), and for the error of a lookup that finds nothing.
 """
 
 import importlib
-import os
 import inspect
+import os
+import traceback
 from dataclasses import dataclass, field
 
 from celery import signature
@@ -19,6 +26,14 @@ from workflows_app.states import ExecutionStatus, FailureMode
 _workflows: dict = {}
 _operations: dict = {}
 _loaded: set = set()
+#: The modules that could not be imported: module -> why, in one line.
+_failed: dict = {}
+
+#: The setting (and environment variable) that names the workflow modules.
+MODULES_SETTING = "SWITCHYARD_WORKFLOW_MODULES"
+#: Switchyard's own code, which an import problem does not point at.
+_OWN_CODE = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + package + os.sep
+                  for package in ("workflows_app", "agents"))
 
 
 @dataclass(eq=False)
@@ -141,19 +156,82 @@ def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhand
 
 def workflow_modules() -> list[str]:
     """The setting ``SWITCHYARD_WORKFLOW_MODULES`` (a list), else the environment variable of the
-    same name (comma-separated), else none."""
-    configured = getattr(settings, "SWITCHYARD_WORKFLOW_MODULES", None)
+    same name (comma-separated), else none. A setting that is not a list of names counts as none
+    (:func:`module_problems` says why)."""
+    configured = getattr(settings, MODULES_SETTING, None)
     if configured is None:
-        configured = [name.strip() for name in os.environ.get("SWITCHYARD_WORKFLOW_MODULES", "").split(",")]
+        configured = [name.strip() for name in os.environ.get(MODULES_SETTING, "").split(",")]
+    elif _setting_problem(configured):
+        return []
     return [name for name in configured if name]
 
 
+def _setting_problem(configured) -> str | None:
+    if isinstance(configured, (list, tuple)) and all(isinstance(name, str) for name in configured):
+        return None
+    return (f"{MODULES_SETTING} must be a list of module names, such as [\"shop.workflows\"], "
+            f"not {type(configured).__name__} {configured!r}")
+
+
 def load_workflow_modules(modules=None):
-    """Import the workflow modules (:func:`workflow_modules` by default), once each."""
+    """Import the workflow modules (:func:`workflow_modules` by default), once each. One that
+    cannot be imported is not tried again in this process: why is kept for
+    :func:`module_problems`."""
     for module in modules if modules is not None else workflow_modules():
-        if module not in _loaded:
+        if module in _loaded or module in _failed:
+            continue
+        try:
             importlib.import_module(module)
+        except Exception as exc:  # whatever the module raises, the process is told in one line
+            _failed[module] = _import_problem(module, exc)
+        else:
             _loaded.add(module)
+
+
+def _import_problem(module, exc) -> str:
+    """Why ``module`` could not be imported, in one line: the module itself is missing, or what
+    it raised while it ran, with the file and line where it did."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+        return f"{MODULES_SETTING} names {module!r}, which cannot be imported: {exc}"
+    where, message = "", " ".join(str(exc).split())
+    if isinstance(exc, SyntaxError):
+        where, message = f" (at {exc.filename}, line {exc.lineno})", exc.msg
+    else:
+        frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+                  if not frame.filename.startswith(("<frozen ", *_OWN_CODE))]
+        if frames:  # the innermost outside importlib and Switchyard: the module's code, or a library it called
+            where = f" (at {frames[-1].filename}, line {frames[-1].lineno})"
+    return (f"{MODULES_SETTING} names {module!r}, whose import raised "
+            f"{type(exc).__name__}{': ' + message if message else ''}{where}")
+
+
+def module_problems() -> list[str]:
+    """What keeps the workflow modules from being loaded, one line each: a setting that is not
+    a list of names, and every module that could not be imported."""
+    configured = getattr(settings, MODULES_SETTING, None)
+    problem = None if configured is None else _setting_problem(configured)
+    load_workflow_modules()
+    return ([problem] if problem else []) + [_failed[module] for module in workflow_modules() if module in _failed]
+
+
+def require_workflow_modules():
+    """Load the workflow modules, or raise ``RegistrationError`` with why (one line): for a
+    process that must not run without its workflows (a manager, an agent)."""
+    problems = module_problems()
+    if problems:
+        raise RegistrationError("; ".join(problems))
+
+
+def _where_registered() -> str:
+    """Where registered workflows and operations come from, for an error that found none."""
+    problems = module_problems()
+    if problems:
+        return "; ".join(problems)
+    loaded = [module for module in workflow_modules() if module in _loaded]
+    if not loaded:
+        return (f"{MODULES_SETTING} names no module: set it to the modules that define your workflows "
+                f"and operations, such as [\"shop.workflows\"]")
+    return f"the modules loaded from {MODULES_SETTING} are {', '.join(loaded)}"
 
 
 def get_workflow(name) -> WorkflowDef:
@@ -161,7 +239,7 @@ def get_workflow(name) -> WorkflowDef:
     try:
         return _workflows[name]
     except KeyError:
-        raise RegistrationError(f"no workflow named {name!r} is registered") from None
+        raise RegistrationError(f"no workflow named {name!r} is registered ({_where_registered()})") from None
 
 
 def get_operation(name) -> OperationDef:
@@ -169,7 +247,7 @@ def get_operation(name) -> OperationDef:
     try:
         return _operations[name]
     except KeyError:
-        raise RegistrationError(f"no operation named {name!r} is registered") from None
+        raise RegistrationError(f"no operation named {name!r} is registered ({_where_registered()})") from None
 
 
 def operation_name(op) -> str:

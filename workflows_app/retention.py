@@ -27,8 +27,8 @@ chosen ones by id, ``SELECT … FOR UPDATE SKIP LOCKED`` re-checking that they a
 child (:func:`delete_executions`) — the same way: one resumed meanwhile is not locked, and
 keeps its whole tree. An active execution is never selected for update, updated or deleted,
 so nothing of it ever waits for a purge. On SQLite, which has no row locks, a batch is one
-write transaction (``BEGIN IMMEDIATE`` in this project's settings): every other writer waits
-for it, and the purge pauses after each batch to let them in (``SQLITE_PAUSE_SECONDS``).
+write transaction (``BEGIN IMMEDIATE``, as :mod:`workflows_app.db` sets SQLite up): every other
+writer waits for it, and the purge pauses after each batch to let them in (``SQLITE_PAUSE_SECONDS``).
 
 **Several purges at once** (every manager purges daily; an operator may run the command too):
 ``SKIP LOCKED`` gives each batch executions no other batch holds, so concurrent purges share

@@ -60,6 +60,19 @@ def test_a_string_naming_no_workflow_is_unknown_workflow(api, workflow_id):
     assert not Execution.objects.exists()
 
 
+def test_an_unknown_workflow_says_where_workflows_come_from(api, settings, monkeypatch):
+    """A project whose SWITCHYARD_WORKFLOW_MODULES is missing or empty is told so in the answer."""
+    monkeypatch.delenv("SWITCHYARD_WORKFLOW_MODULES", raising=False)
+    settings.SWITCHYARD_WORKFLOW_MODULES = []
+    body = assert_error(start(api, workflow_id="fulfil"), 400, "unknown_workflow")
+    assert body["message"] == ("no workflow named 'fulfil' is registered (SWITCHYARD_WORKFLOW_MODULES names no module: "
+                               "set it to the modules that define your workflows and operations, such as "
+                               "[\"shop.workflows\"])")
+    settings.SWITCHYARD_WORKFLOW_MODULES = ["workflows_app.examples"]
+    body = assert_error(start(api, workflow_id="fulfil"), 400, "unknown_workflow")
+    assert body["message"].endswith("(the modules loaded from SWITCHYARD_WORKFLOW_MODULES are workflows_app.examples)")
+
+
 @pytest.mark.parametrize("body, field", [
     ({}, "workflow_id"),
     ({"workflow_id": 7}, "workflow_id"),

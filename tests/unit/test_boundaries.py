@@ -27,7 +27,8 @@ LAYERS = [
                   "agents.intake", "agents.accounts"]),
     ("worker runtime", ["agents.worker"]),
     ("entry points", ["workflows_app.api", "workflows_app.admin", "workflows_app.management", "workflows_app.tasks",
-                      "workflows_app.checks", "workflows_app.apps", "workflows_app.sdk", "workflows_app.examples",
+                      "workflows_app.checks", "workflows_app.environment", "workflows_app.apps", "workflows_app.sdk",
+                      "workflows_app.examples",
                       "agents.runner", "agents.tasks", "agents.management", "agents.admin", "agents.api", "agents.apps", "agents.signals"]),
 ]
 RANK = {name: rank for rank, (_, prefixes) in enumerate(LAYERS) for name in prefixes}

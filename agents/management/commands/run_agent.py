@@ -7,7 +7,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.worker.lifecycle import begin, heartbeat, run_worker
 from workflows_app import values
-from workflows_app.registry import load_workflow_modules
+from workflows_app.errors import RegistrationError
+from workflows_app.registry import require_workflow_modules
 
 
 def check_name(name):
@@ -22,6 +23,15 @@ def check_name(name):
 class Command(BaseCommand):
     help = "Run an agent: a Celery worker on the queue NAME that runs operations sent to NAME."
 
+    def execute(self, *args, **options):
+        # Before the system checks (whose report of the same problem takes five lines), and with
+        # --skip-checks too: this process must not run without its workflows and operations.
+        try:
+            require_workflow_modules()
+        except RegistrationError as exc:
+            raise CommandError(str(exc)) from None
+        return super().execute(*args, **options)
+
     def add_arguments(self, parser):
         parser.add_argument("name")
         parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
@@ -31,7 +41,6 @@ class Command(BaseCommand):
         check_name(name)
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
-        load_workflow_modules()
         begin(name, concurrency=concurrency)
         run_worker(f"agent {name}", queue=name, hostname=f"{name}@{socket.gethostname()}", concurrency=concurrency,
                    loglevel=loglevel, threads=[heartbeat(name)])

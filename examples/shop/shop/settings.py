@@ -1,7 +1,7 @@
-"""Settings of the shop, an ordinary Django 5.2 project that runs Switchyard (SPEC §14).
+"""Settings of the shop, an ordinary Django 5.2 project that runs Switchyard.
 
 Read from the environment: ``DATABASE_URL`` (``postgres://user:password@host:5432/name`` or
-``sqlite:////absolute/path.sqlite3``; default: ``var/shop.sqlite3``), ``CELERY_BROKER_URL``
+``sqlite:////absolute/path.sqlite3``; unset: ``startproject``'s ``db.sqlite3``), ``CELERY_BROKER_URL``
 (default: the Redis on localhost), ``SHOP_DATA_DIR`` (where the shop's workflows keep their
 files; default ``var/``), ``SWITCHYARD_WORKFLOWS`` (a JSON object over ``WORKFLOWS``) and
 ``DJANGO_SECRET_KEY`` / ``DJANGO_DEBUG`` / ``DJANGO_ALLOWED_HOSTS``.
@@ -93,8 +93,8 @@ TEMPLATES = [
 # --- Database ----------------------------------------------------------------------------
 def database_from_url(url):
     """``DATABASES["default"]`` from a URL: ``sqlite:///relative``, ``sqlite:////absolute``
-    or ``postgres://user:password@host:port/name?option=value`` (a host starting with ``%2F``
-    is a socket directory)."""
+    (as ``startproject`` has it, no options) or ``postgres://user:password@host:port/name?option=value``
+    (a host starting with ``%2F`` is a socket directory; persistent, health-checked connections)."""
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         name = Path(parts.path[1:] if parts.path.startswith("/") else parts.path)
@@ -108,22 +108,22 @@ def database_from_url(url):
             "HOST": unquote(parts.hostname or ""),
             "PORT": str(parts.port or ""),
             "OPTIONS": dict(parse_qsl(parts.query)),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
         }
     raise ImproperlyConfigured(f"DATABASE_URL: unsupported scheme {parts.scheme!r} (sqlite or postgres)")
 
 
-DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'var' / 'shop.sqlite3'}")}
-DATABASES["default"].update({"CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True})
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    # A manager, agents and the web server write to one file at once: take the write lock up
-    # front and wait for it (instead of "database is locked"), and let readers read meanwhile.
-    # PostgreSQL needs none of this; SQLite is for trying the shop out on one machine.
-    DATABASES["default"]["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+# Django's startproject default, as it is: a manager, the web server and the commands all write
+# this file at once, and Switchyard sets on its connections what that needs (nothing to add here).
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": BASE_DIR / "db.sqlite3",
     }
+}
+if os.environ.get("DATABASE_URL"):
+    DATABASES["default"] = database_from_url(os.environ["DATABASE_URL"])
 
 # An older project's default: Switchyard's apps choose their own primary keys whatever this says.
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -1,6 +1,6 @@
 """``manage.py run_flower``: Celery's own Flower on the project's broker, with its task history
 kept on disk in Switchyard's local directory (``--persistent``), so it survives a restart of
-Flower. Flower is an optional dependency: ``pip install 'switchyard[flower]'``.
+Flower. Flower is an optional dependency: ``pip install 'django-switchyard[flower]'``.
 
 Flower shows every task's arguments and can revoke and kill them: it asks for a login.
 The credentials are Flower's own setting, read by Flower itself from the environment —
@@ -34,7 +34,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, address, port, no_auth, **options):
         if importlib.util.find_spec("flower") is None:
-            raise CommandError("Flower is not installed: pip install 'switchyard[flower]'")
+            raise CommandError("Flower is not installed: pip install 'django-switchyard[flower]'")
         credentials = os.environ.get(BASIC_AUTH_ENV, "")
         if credentials and not all(_is_credential(c) for c in credentials.split(",")):
             raise CommandError(f"{BASIC_AUTH_ENV} must be user:password (several: comma-separated), "

@@ -26,7 +26,7 @@ from django.db import DatabaseError
 from django.urls import NoReverseMatch, reverse
 
 from workflows_app import embedded_redis, local_files, services
-from workflows_app.conf import var_dir, workflows_settings
+from workflows_app.conf import STANDALONE_FLOWER_URL_ENV, var_dir, workflows_settings
 from workflows_app.errors import ParameterError, RegistrationError
 from workflows_app.management.cli import done_of_total
 from workflows_app.management.commands.run_flower import BASIC_AUTH_ENV
@@ -128,11 +128,11 @@ class Command(BaseCommand):
     @staticmethod
     def _linking_to_flower(url):
         """The web server's environment for an admin that links to this stack's Flower, unless
-        WORKFLOWS already names a Flower of its own."""
+        WORKFLOWS already names a Flower of its own: a variable the apps read in any project
+        (workflows_app.conf), where SWITCHYARD_WORKFLOWS would reach only the settings that read it."""
         if workflows_settings.FLOWER_URL:
             return {}
-        overrides = json.loads(os.environ.get("SWITCHYARD_WORKFLOWS") or "{}")
-        return {"SWITCHYARD_WORKFLOWS": json.dumps({**overrides, "FLOWER_URL": url})}
+        return {STANDALONE_FLOWER_URL_ENV: url}
 
     def _banner(self, address, port, flower_port, password, flower_login, verbose):
         base = f"http://{address}:{port}"
