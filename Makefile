@@ -27,11 +27,11 @@ test-fast: venv
 ## test-floors: the unit suite and an end-to-end test on the lowest versions pyproject.toml allows
 ## (requirements/floors.txt), in a virtualenv of their own (var/venv-floors) on Python 3.11
 test-floors:
-	bash scripts/test_lane.sh python3.11 requirements/floors.txt
+	PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test_lane.sh python3.11 requirements/floors.txt
 
 ## test-newest: the same on the newest releases in range, Django 6 (requirements/newest.txt), on Python 3.13
 test-newest:
-	bash scripts/test_lane.sh python3.13 requirements/newest.txt
+	PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test_lane.sh python3.13 requirements/newest.txt
 
 check: venv
 	$(PY) manage.py check

@@ -4,15 +4,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
+# Python 3.11 or newer: python3.11 when there is one (requirements/ is tested there), else
+# python3; PYTHON=/path/to/python overrides both.
+recent_enough='import sys; sys.exit(sys.version_info < (3, 11))'
 PYTHON=${PYTHON:-}
-if [ -z "$PYTHON" ]; then
+if [ -n "$PYTHON" ]; then
+  "$PYTHON" -c "$recent_enough" 2>/dev/null \
+    || { echo "bootstrap: PYTHON=$PYTHON is not Python 3.11 or newer" >&2; exit 1; }
+else
   for candidate in python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "$recent_enough" 2>/dev/null; then
       PYTHON=$candidate; break
     fi
   done
+  [ -n "$PYTHON" ] || { echo "bootstrap: Python 3.11 or newer is needed (python3.11 or python3 on PATH, or PYTHON=/path/to/python)" >&2; exit 1; }
 fi
-[ -n "$PYTHON" ] || { echo "bootstrap: Python 3.11 is needed (python3.11 or python3 on PATH)" >&2; exit 1; }
 if [ ! -x "$VENV/bin/python" ]; then
   echo "bootstrap: creating $VENV with $PYTHON"
   "$PYTHON" -m venv "$VENV"

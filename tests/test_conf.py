@@ -14,6 +14,10 @@ from workflows_app.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Django 6.1's system checks (checks.run_checks()) check the models against the databases too:
+# a JSONField asks the database whether it supports JSON.
+pytestmark = pytest.mark.django_db
+
 SPEC_DEFAULTS = {
     "MANAGEMENT_QUEUE": "management", "FAILURE_MODE": "no_new_calls", "MAX_RETRIES": 3,
     "RETRY_INTERVAL": 5, "WAIT_AFTER_FAIL": 600, "KILL_GRACE_SECONDS": 5, "CANCEL_TIMEOUT": 3600,

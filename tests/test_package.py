@@ -1,4 +1,4 @@
-"""The wheel that `pip install switchyard` installs (SPEC §14): the two apps whole, with their
+"""The wheel that `pip install django-switchyard` installs: the two apps whole, with their
 templates, static files and migrations, nothing of this repository's demo project, tests or
 benchmarks, and dependencies given as ranges, with the extras embedded, postgres and flower.
 
@@ -112,14 +112,29 @@ def test_the_wheel_holds_every_migration_of_both_apps(names):
 def test_the_wheel_holds_nothing_but_the_two_apps(names):
     top = {PurePosixPath(name).parts[0] for name in names}
     [dist_info] = [name for name in top if name.endswith(".dist-info")]
-    assert dist_info.startswith("switchyard-")
+    assert dist_info.startswith("django_switchyard-")
     assert top == {*APPS, dist_info}, f"unexpected top-level entries: {sorted(top - {*APPS, dist_info})}"
     for other in ["switchyard/", "tests/", "bench/", "examples/", "docker/", "scripts/", "docs/"]:
         assert not [name for name in names if name.startswith(other)], other
 
 
+def test_the_wheel_metadata_reads_as_a_package_index_page_would_show_it(metadata):
+    """Its own name (``switchyard`` on the index is another project), a summary, the README as the
+    long description, every Python it runs on from 3.11 without an upper bound, and the Django
+    versions it supports."""
+    assert metadata["Name"] == "django-switchyard"
+    assert metadata["Summary"].startswith("Durable workflow executions for Django and Celery")
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert metadata.get_payload().startswith("# Switchyard")
+    assert metadata["Requires-Python"] == ">=3.11"
+    classifiers = set(metadata.get_all("Classifier"))
+    assert {f"Programming Language :: Python :: 3.{minor}" for minor in (11, 12, 13)} <= classifiers
+    assert {"Framework :: Django", "Framework :: Django :: 5.2", "Framework :: Django :: 6", "Framework :: Celery"} <= classifiers
+    [django] = [Requirement(line) for line in metadata.get_all("Requires-Dist") if line.startswith("Django")]
+    assert [v for v in ("5.1.15", "5.2.99", "6.0", "6.9.9", "7.0") if django.specifier.contains(v)] == ["5.2.99", "6.0", "6.9.9"]
+
+
 def test_the_wheel_metadata_gives_ranges_and_the_extras(metadata):
-    assert metadata["Name"] == "switchyard"
     extras = set(metadata.get_all("Provides-Extra"))
     assert {"embedded", "postgres", "flower", "dev"} <= extras
     requires = [Requirement(line) for line in metadata.get_all("Requires-Dist")]

@@ -61,10 +61,18 @@ def by_name(requirements):
     return {canonicalize_name(r.name): r for r in requirements}
 
 
+#: The pin files of requirements/: the package's (base.txt), the test tools' (dev.txt, which
+#: includes the other two) and the documentation tools' (docs.txt).
+PIN_FILES = ("base.txt", "dev.txt", "docs.txt")
+#: The extras whose pins live in a file of their own; every other group's are in base.txt.
+PINS_OF_GROUP = {"dev": "dev.txt", "docs": "docs.txt"}
+
+
 def test_requirements_are_exact_pins():
-    assert "-r base.txt" in (ROOT / "requirements/dev.txt").read_text().splitlines()
+    dev_lines = (ROOT / "requirements/dev.txt").read_text().splitlines()
+    assert "-r base.txt" in dev_lines and "-r docs.txt" in dev_lines
     seen = []
-    for name in ("base.txt", "dev.txt"):
+    for name in PIN_FILES:
         for pin in read_pins(name):
             specs = list(pin.specifier)
             assert len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version, f"{name}: {pin}"
@@ -87,11 +95,11 @@ def test_pyproject_gives_ranges_with_a_floor_and_a_ceiling():
 def test_requirements_pin_every_package_of_pyproject_inside_its_range():
     """The pins CI and docker install are ones the package allows: the core dependencies and the
     extras the repository's set-ups use in base.txt (what docker installs), the dev tools in
-    dev.txt; the same extras of a package (psycopg[binary], celery[redis]) as pyproject's."""
-    base, dev = by_name(read_pins("base.txt")), by_name(read_pins("dev.txt"))
+    dev.txt, the documentation tools in docs.txt; the same extras of a package
+    (psycopg[binary], celery[redis]) as pyproject's."""
     for group, requirements in project_requirements().items():
-        pins = dev if group == "dev" else base
-        where = "requirements/dev.txt" if group == "dev" else "requirements/base.txt"
+        where = f"requirements/{PINS_OF_GROUP.get(group, 'base.txt')}"
+        pins = by_name(read_pins(PINS_OF_GROUP.get(group, "base.txt")))
         for requirement in requirements:
             pin = pins.get(canonicalize_name(requirement.name))
             assert pin is not None, f"{requirement} ({group}) is not pinned in {where}"
@@ -105,9 +113,63 @@ def test_requirements_pin_nothing_else_but_the_repository_s_own():
     """A package pinned in requirements/ but missing from pyproject would be installed for the
     tests and missing from a host project's install (and the reverse for REPOSITORY_ONLY)."""
     declared = {canonicalize_name(r.name) for group in project_requirements().values() for r in group}
-    pinned = {canonicalize_name(p.name) for name in ("base.txt", "dev.txt") for p in read_pins(name)}
+    pinned = {canonicalize_name(p.name) for name in PIN_FILES for p in read_pins(name)}
     assert pinned - declared == REPOSITORY_ONLY
     assert not declared & REPOSITORY_ONLY
+
+
+#: The lanes' pin files (scripts/test_lane.sh): every package of these groups of pyproject at its
+#: floor (floors.txt, Python 3.11) or at the newest release its range allows (newest.txt, Python
+#: 3.13); besides, the demo project's packages as base.txt pins them and the lanes' test tools as
+#: dev.txt does.
+LANES = ("floors.txt", "newest.txt")
+LANE_GROUPS = ("dependencies", "embedded", "postgres", "flower")
+
+
+def lane_requirements():
+    return [r for group in LANE_GROUPS for r in project_requirements()[group]]
+
+
+def test_the_lanes_pin_exactly_the_package_and_the_repository_s_own_as_base_and_dev_do():
+    repository = by_name(read_pins("base.txt") + read_pins("dev.txt"))
+    dev_tools = {canonicalize_name(r.name) for r in project_requirements()["dev"]}
+    package = {canonicalize_name(r.name) for r in lane_requirements()}
+    for name in LANES:
+        assert not [line for line in (ROOT / "requirements" / name).read_text().splitlines()
+                    if line.startswith("-")], f"{name} stands alone: no -r, -c or option"
+        pins = read_pins(name)
+        assert len(pins) == len(by_name(pins)), f"{name} pins a package twice"
+        for pin in pins:
+            specs = list(pin.specifier)
+            assert len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version, f"{name}: {pin}"
+            assert pin.marker is None and pin.url is None, f"{name}: {pin}"
+        assert package <= set(by_name(pins)), f"{name} misses {sorted(package - set(by_name(pins)))}"
+        for key, pin in by_name(pins).items():
+            if key in package:
+                continue
+            assert key in REPOSITORY_ONLY | dev_tools, f"{name} pins {pin}: neither the package's nor a test tool"
+            assert key in repository and pin.specifier == repository[key].specifier, \
+                f"{name} pins {pin}, requirements/ pins {repository.get(key)}"
+
+
+def test_floors_pin_the_floor_of_every_range_of_pyproject():
+    """floors.txt is the proof of pyproject's ">=" bounds: a floor moved in one moves in both."""
+    floors = by_name(read_pins("floors.txt"))
+    for requirement in lane_requirements():
+        pin = floors[canonicalize_name(requirement.name)]
+        assert pin.extras == requirement.extras, f"{pin} vs {requirement}"
+        floor = next(Version(spec.version) for spec in requirement.specifier if spec.operator == ">=")
+        assert Version(next(iter(pin.specifier)).version) == floor, \
+            f"requirements/floors.txt pins {pin}, pyproject's floor is {requirement}"
+
+
+def test_newest_pins_inside_every_range_of_pyproject():
+    newest = by_name(read_pins("newest.txt"))
+    for requirement in lane_requirements():
+        pin = newest[canonicalize_name(requirement.name)]
+        assert pin.extras == requirement.extras, f"{pin} vs {requirement}"
+        assert requirement.specifier.contains(next(iter(pin.specifier)).version, prereleases=True), \
+            f"requirements/newest.txt pins {pin}, outside pyproject's {requirement}"
 
 
 @pytest.mark.django_db

@@ -229,7 +229,9 @@ def test_the_command_refuses_bad_input_in_process(db):
 
 
 @pytest.mark.integration
-def test_each_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(db, tmp_path):
+def test_each_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(transactional_db, tmp_path):
+    # No transaction held open: on SQLite it would hold the write lock, and Django 6.1's system
+    # checks (every command runs them) wait for it, then find the database unable to do JSON.
     env = child_environment(workflows={}, markers_dir=tmp_path)
     cases = [(["--older-than", "ten"], "CommandError: --older-than takes a number of days >= 0, not 'ten'"),
              (["--older-than", "-3", "--json"], "CommandError: --older-than takes a number of days >= 0, not '-3'"),

@@ -43,6 +43,7 @@ from agents.models import Agent
 from tests.api.conftest import assert_error
 from tests.api.host_settings import HOSTILE_REST_FRAMEWORK, HOSTILE_SPECTACULAR_SETTINGS
 from tests.api.host_urls import PREFIX
+from workflows_app.api import schema
 from workflows_app.api.schema import SchemaGenerator
 from workflows_app.models import Event
 from workflows_app.states import EventType
@@ -72,7 +73,7 @@ def spectacular_user_settings(user_settings):
             spectacular_settings.__dict__.pop("_user_settings", None)
         else:
             spectacular_settings._user_settings = value
-        plumbing._load_enum_name_overrides.cache_clear()
+        schema._clear_caches()  # the enum names' cache, under its name in any drf-spectacular
 
     load(user_settings)
     try:
