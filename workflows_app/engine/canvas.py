@@ -3,7 +3,7 @@
 Nothing here sends anything: the nodes are stored by the engine, which counts fan-in in the
 database instead of in Celery's chord counter.
 
-Meaning (Celery's, as a live Celery worker answers):
+Meaning (Celery's, as a live worker of the installed Celery answers):
 
 - a **chain** runs its members one after another; each depends on what the previous member
   produced and, unless it is immutable (``.si()``), receives it as its first argument. A
@@ -12,11 +12,17 @@ Meaning (Celery's, as a live Celery worker answers):
 - a **group** runs its members in parallel, each with the group's own incoming dependencies
   and input; its output is the list of its members' outputs (a group directly inside a group
   or a chord header adds its members' outputs to that list, as Celery flattens it). An empty
-  group runs nothing and its output is ``[]``: the member after it in a chain waits for what
-  the group waited for and receives ``[]``. A one-member group in a chain is its member
-  (Celery unrolls it): the next member gets a value, not a list. Elsewhere a group of one
-  stays a list of one, except at the top level, where a group whose only member returns a
-  group's list returns that list: ``group(chain(a, group(b, c)))`` returns ``[b, c]``;
+  group runs nothing and its output is ``[]``. In a chain, what it means depends on the
+  installed Celery (``EMPTY_GROUPS_IN_CHAINS_DROPPED``): Celery 5.7 and later leave it out
+  (``chain()`` drops it as it builds the chain, a worker skips one still there; a chain of
+  empty groups alone returns ``[]``), so the member after it gets the result before it;
+  Celery 5.5 and 5.6 run it as a chord with an empty header, so the member after it waits
+  for what the group waited for and receives ``[]``. ``a | group([]) | b`` builds
+  ``chain(a, chord([], b))`` in every version: a chord, which runs even with an empty header.
+  A one-member group in a chain is its member (Celery unrolls it): the next member gets a
+  value, not a list. Elsewhere a group of one stays a list of one, except at the top level,
+  where a group whose only member returns a group's list returns that list:
+  ``group(chain(a, group(b, c)))`` returns ``[b, c]``;
 - a **chord** is its header group followed by its body, the body receiving the list of the
   header's results: a list even of one, and ``[]`` for an empty header (the body still runs;
   in a chain it waits for the member before and receives ``[]``, not that member's result).
@@ -34,18 +40,20 @@ Names: ``<position>:<operation>``, the position being the indices of the nested 
 joined by dots, or the name given by ``.set(step="name")``. A chain member's position is its
 index in the chain *as Celery runs it*: nested chains are spliced in (an empty one takes no
 position), a one-member group (a chord's one-member body group too) is its member, an empty
-group keeps its position, and a chord is two members, its header group then its body (and a
-chain body is spliced too). Celery rewrites ``chain(a, group(b, c), d)`` into
-``chain(a, chord([b, c], d))``, and this rule names both alike: ``0:a``, ``1.0:b``,
-``1.1:c``, ``2:d``. So a chord at chain position ``p`` has header members ``p.<i>`` and body
-``p+1``, even when its header is empty; anywhere else (at the top level, inside a group) a
-chord is read as that chain, so its header members are ``<pos>.0.<i>`` and its body
-``<pos>.1``. At the top level the canvas itself is the container: a single signature is
-``0:<op>``, a group's members and a chain's members are ``0:``, ``1:``, ...
+group keeps its position (Celery 5.5, 5.6) or takes none (5.7 on, which leaves it out), and
+a chord is two members, its header group then its body (and a chain body is spliced too).
+Celery rewrites ``chain(a, group(b, c), d)`` into ``chain(a, chord([b, c], d))``, and this
+rule names both alike: ``0:a``, ``1.0:b``, ``1.1:c``, ``2:d``. So a chord at chain position
+``p`` has header members ``p.<i>`` and body ``p+1``, even when its header is empty; anywhere
+else (at the top level, inside a group) a chord is read as that chain, so its header members
+are ``<pos>.0.<i>`` and its body ``<pos>.1``. At the top level the canvas itself is the
+container: a single signature is ``0:<op>``, a group's members and a chain's members are
+``0:``, ``1:``, ...
 """
 
 from dataclasses import dataclass
 
+import celery
 from celery.canvas import Signature, _chain, _chord, group
 
 from workflows_app.engine.graph import GraphError, Input, NodeSpec, validate
@@ -64,9 +72,20 @@ REFUSED_OPTIONS = {
 # subtask_type, so once serialised they come back as plain signatures of these tasks).
 _BUILTIN_TASKS = {"celery.chunks": "chunks", "celery.map": "xmap", "celery.starmap": "xstarmap"}
 
+# Whether the installed Celery leaves an empty group in a chain out. Celery 5.7 does: chain()
+# drops it as it builds the chain, and a worker skips one still there when it runs the chain (in
+# a _chain built as is, a nested chain, a one-member group: _chain.prepare_steps), unless the
+# chain holds nothing else; what follows the group gets the result before it. Celery 5.5 and 5.6
+# run it as a chord with an empty header: what follows gets []. A chord whose header is empty
+# (what a | group([]) | b builds) is no empty group: it runs in every version.
+EMPTY_GROUPS_IN_CHAINS_DROPPED = celery.VERSION >= (5, 7)
+
 # Ends the elements of a chord's one-member body group in a chain: what comes next receives
 # the member's result, but a chain that ends there returns the group's list (one item).
 _BODY_GROUP_END = object()
+
+# An empty group among a chain's elements, where the installed Celery drops it from the chain.
+_EMPTY_GROUP = object()
 
 
 @dataclass(frozen=True)
@@ -168,14 +187,18 @@ def _chain_of(sig):
     elements = _chain_elements(sig)
     if not elements:
         raise GraphError("an empty chain cannot run: give it at least one signature")
-    return elements
+    if any(element is not _EMPTY_GROUP and element is not _BODY_GROUP_END for element in elements):
+        elements = [element for element in elements if element is not _EMPTY_GROUP]
+    # A chain of empty groups alone is one (Celery keeps one): it returns [].
+    return [[] if element is _EMPTY_GROUP else element for element in elements]
 
 
-def _chain_elements(sig):
+def _chain_elements(sig, unrolled=0):
     """``sig`` read as the members of a chain, the way Celery runs it: a list of plain
-    signatures and of lists (a group's members), maybe ``_BODY_GROUP_END``. Nested chains
-    are spliced in, a one-member group is its member, and a chord is its header then its
-    body's elements."""
+    signatures and of lists (a group's members), maybe ``_BODY_GROUP_END`` and
+    ``_EMPTY_GROUP``. Nested chains are spliced in, a one-member group is its member, and a
+    chord is its header then its body's elements. ``unrolled``: how many one-member groups
+    ``sig`` is the member of (a worker unrolls one, and drops the empty group it finds)."""
     sig = _signature(sig)
     if isinstance(sig, _chord):
         _check_container(sig, "chord")
@@ -194,8 +217,10 @@ def _chain_elements(sig):
         return [element for task in sig.tasks for element in _chain_elements(task)]
     if isinstance(sig, group):
         members = _members(sig)
+        if not members and EMPTY_GROUPS_IN_CHAINS_DROPPED and unrolled <= 1:
+            return [_EMPTY_GROUP]
         # Celery unrolls a one-member group in a chain: the next member gets a value, not a list.
-        return _chain_elements(members[0]) if len(members) == 1 else [members]
+        return _chain_elements(members[0], unrolled + 1) if len(members) == 1 else [members]
     return [sig]
 
 
