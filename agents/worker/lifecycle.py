@@ -13,6 +13,7 @@ import uuid
 
 from celery import current_app
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
+from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
 from agents.worker import link, local, pool
@@ -20,6 +21,8 @@ from agents.worker.forks import no_fork_meanwhile
 from agents.worker.control import terminate
 from workflows_app import dispatch, outages, wire
 from workflows_app.conf import workflows_settings
+from workflows_app.errors import RegistrationError
+from workflows_app.registry import require_workflow_modules
 
 logger = logging.getLogger(__name__)
 
@@ -193,3 +196,16 @@ def hand_back(keys, reason):
         except Exception:
             logger.exception("could not hand back %s", key)
     terminate(keys, float(workflows_settings.KILL_GRACE_SECONDS))
+
+
+class WorkerCommand(BaseCommand):
+    """The base of ``run_manager`` and ``run_agent``: a process that runs workflows or their
+    operations refuses to start without them, in one line (``CommandError``), before the system
+    checks (whose report of the same problem takes five lines) and with ``--skip-checks`` too."""
+
+    def execute(self, *args, **options):
+        try:
+            require_workflow_modules()
+        except RegistrationError as exc:
+            raise CommandError(str(exc)) from None
+        return super().execute(*args, **options)

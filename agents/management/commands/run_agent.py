@@ -3,12 +3,10 @@
 import os
 import socket
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
-from agents.worker.lifecycle import begin, heartbeat, run_worker
+from agents.worker.lifecycle import WorkerCommand, begin, heartbeat, run_worker
 from workflows_app import values
-from workflows_app.errors import RegistrationError
-from workflows_app.registry import require_workflow_modules
 
 
 def check_name(name):
@@ -20,17 +18,8 @@ def check_name(name):
         raise CommandError(f"invalid agent name {name!r}: printable, no spaces, no '@', at most 200 characters")
 
 
-class Command(BaseCommand):
+class Command(WorkerCommand):
     help = "Run an agent: a Celery worker on the queue NAME that runs operations sent to NAME."
-
-    def execute(self, *args, **options):
-        # Before the system checks (whose report of the same problem takes five lines), and with
-        # --skip-checks too: this process must not run without its workflows and operations.
-        try:
-            require_workflow_modules()
-        except RegistrationError as exc:
-            raise CommandError(str(exc)) from None
-        return super().execute(*args, **options)
 
     def add_arguments(self, parser):
         parser.add_argument("name")

@@ -5,26 +5,13 @@ keeps every stored deadline."""
 import socket
 import uuid
 
-from django.core.management.base import BaseCommand, CommandError
-
 from agents.worker import inbox, manager
-from agents.worker.lifecycle import Ticker, begin, run_worker
+from agents.worker.lifecycle import Ticker, WorkerCommand, begin, run_worker
 from workflows_app.conf import workflows_settings
-from workflows_app.errors import RegistrationError
-from workflows_app.registry import require_workflow_modules
 
 
-class Command(BaseCommand):
+class Command(WorkerCommand):
     help = "Run a manager: dispatchers of executions and operations with no agent."
-
-    def execute(self, *args, **options):
-        # Before the system checks (whose report of the same problem takes five lines), and with
-        # --skip-checks too: this process must not run without its workflows and operations.
-        try:
-            require_workflow_modules()
-        except RegistrationError as exc:
-            raise CommandError(str(exc)) from None
-        return super().execute(*args, **options)
 
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", type=int, default=None)
