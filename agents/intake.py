@@ -118,7 +118,12 @@ def _refusal(operation, attempt, report, data):
         return _drop(operation, attempt, f"the execution is {operation.execution.status}")
     if operation.state == OperationState.STARTED:
         # A second delivery of a started attempt: the agent that started it still runs it, or
-        # (when it is the run asking) its pool process died with it. Only the agent can tell.
+        # (when it is the run asking) its pool process died with it, or the answer to its claim
+        # was lost and it never ran. Only the agent can tell: the run that claimed it gets what
+        # running it takes, as with "run".
+        if report["incarnation"] == operation.incarnation:
+            return {**_run(operation, operation.execution.is_dry_run), "verdict": wire.Verdict.STARTED,
+                    "incarnation": operation.incarnation}
         return {"verdict": wire.Verdict.STARTED, "incarnation": operation.incarnation}
     if operation.state == OperationState.SENDING:
         # The message overtook its sender's own sending -> sent write; the two race, and

@@ -75,13 +75,18 @@ def run_operation(operation_id, attempt, secret=""):
     verdict = answer.get("verdict")
     key = local.attempt_key(operation_id, attempt)
     if verdict == wire.Verdict.STARTED:
-        if answer.get("incarnation") == local.incarnation() and not local.running_here(operation_id, attempt):
+        earlier = local.earlier_delivery(operation_id, attempt) if answer.get("incarnation") == local.incarnation() else None
+        if earlier == local.Delivery.DIED:
             # Our own earlier delivery of this attempt died with its pool process.
             _report_or_requeue(wire.Kind.LOST, operation_id, attempt, secret, message="its worker process was lost")
-        else:
+            return
+        if earlier != local.Delivery.NEVER_RAN:
             logger.info("operation %s attempt %s dropped: a duplicate delivery of a started attempt", operation_id, attempt)
-        return
-    if verdict != wire.Verdict.RUN:
+            return
+        # This run of the agent claimed the attempt and never ran it: the answer to that claim
+        # was lost (a manager stored the claim and died before it answered). It runs now.
+        logger.info("operation %s attempt %s: its claim's answer was lost; it runs now", operation_id, attempt)
+    elif verdict != wire.Verdict.RUN:
         logger.info("operation %s attempt %s dropped: %s", operation_id, attempt, answer.get("reason", verdict))
         return
     local.mark_running(key, secret)

@@ -122,6 +122,15 @@ def test_a_claim_whose_answer_would_go_to_another_agents_queue_is_refused(make_o
 def test_a_claim_of_a_started_attempt_says_which_run_started_it(started):
     [(_, answer)] = intake.take([signed("claim", started)])
     assert answer["verdict"] == "started" and answer["incarnation"] == "run-1"
+    # The run that claimed it gets what running it takes: the answer to its claim may have been
+    # lost (a manager stored the claim and died), and then nothing ran it.
+    assert answer["operation"] == started.operation and answer["step"] == started.name
+    other_run = signed("claim", started, id="c2")
+    other_run["incarnation"] = "run-2"
+    [(_, answer)] = intake.take([other_run])
+    assert answer == {"id": "c2", "verdict": "started", "incarnation": "run-1"}, "another run learns nothing more"
+    started.refresh_from_db()
+    assert (started.state, started.incarnation) == (OperationState.STARTED, "run-1")
 
 
 def test_a_claim_of_a_cancelled_execution_is_dropped(make_execution, make_operation):

@@ -107,9 +107,13 @@ class Ticker(threading.Thread):
 
 def heartbeat(name) -> Ticker:
     """A thread that reports a heartbeat every AGENT_HEARTBEAT_SECONDS (the managers store it
-    while this run is the agent's current one)."""
-    return Ticker(lambda: link.report(wire.Kind.HEARTBEAT), workflows_settings.AGENT_HEARTBEAT_SECONDS,
-                  name=f"heartbeat-{name}")
+    while this run is the agent's current one), and forgets the attempts that finished here
+    long ago (``local.forget_finished``)."""
+    def beat():
+        link.report(wire.Kind.HEARTBEAT)
+        local.forget_finished(name)
+
+    return Ticker(beat, workflows_settings.AGENT_HEARTBEAT_SECONDS, name=f"heartbeat-{name}")
 
 
 class GracefulShutdown:

@@ -2,8 +2,10 @@
 operations its pool processes are running on this host (kept as files under its state
 directory, so that a later run can find and kill what an earlier one left behind)."""
 
+import enum
 import os
 import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -14,6 +16,12 @@ from workflows_app.conf import var_dir
 NAME_ENV = "SWITCHYARD_AGENT_NAME"
 INCARNATION_ENV = "SWITCHYARD_AGENT_INCARNATION"
 DISPATCHER_PREFIX = "dispatch-"
+#: How long an attempt that ended on this host is remembered (:func:`earlier_delivery`):
+#: far longer than its outcome report takes to be stored.
+FINISHED_KEEP_SECONDS = 3600
+#: How long a duplicate delivery waits for the record of the delivery that was answered "run"
+#: at the same moment (that one records itself right after its answer).
+SETTLE_SECONDS = 2.0
 
 
 def name():
@@ -88,8 +96,33 @@ def mark_running(key, secret=""):
 
 
 def mark_done(key):
+    """The attempt (or dispatcher pass) ``key`` ended in this process. An attempt is remembered
+    as finished here before its running record goes, so that no moment has neither."""
+    if parse_attempt_key(key) is not None:
+        path = _finished_path() / key
+        try:
+            path.touch(mode=local_files.FILE_MODE)
+        except FileNotFoundError:
+            local_files.private_dir(path.parent)
+            path.touch(mode=local_files.FILE_MODE)
     (_running_path() / key).unlink(missing_ok=True)
     (_cancel_path() / key).unlink(missing_ok=True)
+
+
+def forget_finished(agent_name=None, older_than=FINISHED_KEEP_SECONDS):
+    """Drop the records of attempts that finished here more than ``older_than`` seconds ago
+    (all of them with 0)."""
+    cutoff = time.time() - older_than
+    try:
+        entries = list(_finished_path(agent_name).iterdir())
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        try:
+            if older_than <= 0 or entry.stat().st_mtime < cutoff:
+                entry.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def secret_of(key) -> str:
@@ -103,6 +136,11 @@ def secret_of(key) -> str:
 
 def _cancel_path(agent_name=None) -> Path:
     return var_dir() / "agents" / (agent_name or name() or "unnamed") / "cancelled"
+
+
+def _finished_path(agent_name=None) -> Path:
+    return var_dir() / "agents" / (agent_name or name() or "unnamed") / "finished"
+
 
 
 def request_cancel(keys) -> list[str]:
@@ -154,16 +192,40 @@ def recorded_group(entry: Path):
     return pgid if pgid > 1 else None
 
 
-def running_here(operation_id, attempt) -> bool:
-    """Whether a live process group on this host, other than this process', still runs the attempt."""
-    pgid = process_group_of(attempt_key(operation_id, attempt))
-    return pgid is not None and pgid != os.getpgrp() and group_alive(pgid)
+class Delivery(enum.Enum):
+    """What became of an earlier delivery of an attempt to this run of the agent."""
+
+    RUNNING = "running"      # another pool process runs it
+    FINISHED = "finished"    # it ended here (its outcome report may not be stored yet)
+    DIED = "died"            # its pool process died while it ran
+    NEVER_RAN = "never ran"  # it was claimed, and the answer never came: nothing ran it
+
+
+def earlier_delivery(operation_id, attempt, settle_seconds=SETTLE_SECONDS) -> Delivery:
+    """For a delivery whose claim was answered "already started by this run of the agent":
+    what became of the delivery that started it. A record naming a live process group other
+    than this process' is one running it; a record naming a gone group (or this very process,
+    which runs nothing else) is one that died; no record within ``settle_seconds`` (a delivery
+    answered "run" in the same batch records itself right after its answer) is a claim whose
+    answer was lost."""
+    key = attempt_key(operation_id, attempt)
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        if (_finished_path() / key).exists():
+            return Delivery.FINISHED
+        pgid = process_group_of(key)
+        if pgid is not None:
+            return Delivery.DIED if pgid == os.getpgrp() or not group_alive(pgid) else Delivery.RUNNING
+        if time.monotonic() >= deadline:
+            return Delivery.NEVER_RAN
+        time.sleep(0.05)
 
 
 def kill_leftovers(agent_name) -> list[int]:
     """SIGKILL every process group an earlier run of ``agent_name`` left on this host."""
     for entry in local_files.private_dir(_cancel_path(agent_name)).iterdir():
         entry.unlink(missing_ok=True)
+    forget_finished(agent_name, older_than=0)
     killed = []
     for entry in running_dir(agent_name).iterdir():
         pgid = recorded_group(entry)

@@ -8,8 +8,10 @@ When it starts, before it takes messages:
 2. it reconciles ``started`` operations with the workers: each live agent and manager answers
    ``switchyard_running`` with its incarnation and the attempts it runs. An attempt its worker
    still runs is awaited; one that no live worker runs is a lost attempt, a retryable failure
-   "lost during restart". A worker that does not answer in time but whose agent still
-   heart-beats under that incarnation is left to its heartbeats;
+   "lost during restart". An attempt whose agent still heart-beats under the incarnation that
+   claimed it is left to that agent: it may not have answered in time, or it may be waiting
+   for the answer to its claim (which a manager that died stored and never sent); the agent
+   reports a delivery that died itself;
 3. it carries on from the database (``engine.recovery``): what was in flight is sent again and
    every active execution is advanced.
 
@@ -190,8 +192,11 @@ def reconcile_started(started, answers) -> int:
         running = answers.get(operation.incarnation)
         if running is not None and local.attempt_key(operation.pk, operation.attempt) in running:
             continue  # still running: awaited
-        if running is None and operation.incarnation and heart_beating.get(operation.agent) == operation.incarnation:
-            continue  # its agent lives but did not answer in time: its heartbeats watch it
+        if operation.incarnation and heart_beating.get(operation.agent) == operation.incarnation:
+            # Its agent lives (it did not answer in time, or it waits for the answer to its claim,
+            # which a manager that died may have stored and never sent): its heartbeats watch it,
+            # and a delivery that died or whose answer was lost is the agent's to report.
+            continue
         with transaction.atomic():
             current = Operation.objects.filter(pk=operation.pk, state=OperationState.STARTED, attempt=operation.attempt).first()
             if current is None:

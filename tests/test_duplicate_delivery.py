@@ -1,0 +1,95 @@
+"""A delivery of an attempt whose claim is answered "already started by this run of the agent"
+is one of three: a duplicate (a message sent again, or given back with a claim a dead manager
+held), dropped while the earlier delivery runs in another process or once it finished here (its
+outcome report may be stored after this claim's answer: reports are stored in batches); the
+redelivery of one whose pool process died, reported lost; or the redelivery of one whose claim
+a manager stored and died before answering, which never ran and runs now. Taking the first for
+lost made a succeeded step fail with WorkerLost."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from agents.worker import local
+from agents.worker.local import Delivery
+
+AGENT = "dup-agent"
+OPERATION = "7d9f0f8e-2f3a-4c35-9a55-0c2d8c8f2b11"
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWITCHYARD_VAR_DIR", str(tmp_path / "var"))
+    monkeypatch.setenv(local.NAME_ENV, AGENT)
+
+
+def record(pgid, attempt=1):
+    """What ``local.mark_running`` writes in the pool process of process group ``pgid``."""
+    (local.running_dir() / local.attempt_key(OPERATION, attempt)).write_text(f"{pgid}\nsecret")
+
+
+def test_an_attempt_that_finished_here_is_not_lost_though_its_outcome_is_not_stored_yet():
+    local.mark_running(local.attempt_key(OPERATION, 1), "secret")
+    local.mark_done(local.attempt_key(OPERATION, 1))
+    started = time.monotonic()
+    assert local.earlier_delivery(OPERATION, 1, settle_seconds=5) is Delivery.FINISHED
+    assert time.monotonic() - started < 1, "a finished attempt is known at once"
+    assert local.earlier_delivery(OPERATION, 2, settle_seconds=0.1) is Delivery.NEVER_RAN, "another attempt is not that one"
+
+
+def test_an_attempt_running_in_another_live_process_is_not_lost():
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        record(other.pid)
+        assert local.earlier_delivery(OPERATION, 1) is Delivery.RUNNING
+    finally:
+        other.kill()
+        other.wait()
+    assert local.earlier_delivery(OPERATION, 1, settle_seconds=5) is Delivery.DIED, "its process group is gone"
+
+
+def test_a_record_of_this_very_process_is_a_delivery_that_died_in_it():
+    record(os.getpgrp())
+    assert local.earlier_delivery(OPERATION, 1, settle_seconds=5) is Delivery.DIED
+
+
+def test_the_delivery_answered_run_at_the_same_moment_is_waited_for():
+    """No record yet: the delivery that was answered "run" in the same batch of answers may not
+    have written it; it is waited for, up to the settling time, and then it counts."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        threading.Timer(0.3, record, args=(other.pid,)).start()
+        assert local.earlier_delivery(OPERATION, 1, settle_seconds=3) is Delivery.RUNNING
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_no_record_at_all_after_the_settling_time_is_a_claim_whose_answer_was_lost():
+    started = time.monotonic()
+    assert local.earlier_delivery(OPERATION, 1, settle_seconds=0.3) is Delivery.NEVER_RAN
+    assert time.monotonic() - started >= 0.3
+
+
+def test_finished_attempts_are_forgotten_after_a_while_and_at_the_next_run():
+    for attempt in (1, 2):
+        local.mark_done(local.attempt_key(OPERATION, attempt))
+    old = time.time() - local.FINISHED_KEEP_SECONDS - 10
+    finished = local._finished_path() / local.attempt_key(OPERATION, 1)
+    os.utime(finished, (old, old))
+    local.forget_finished(AGENT)
+    assert not finished.exists()
+    assert local.earlier_delivery(OPERATION, 2, settle_seconds=0) is Delivery.FINISHED, "a recent one is kept"
+    local.kill_leftovers(AGENT)
+    assert local.earlier_delivery(OPERATION, 2, settle_seconds=0) is Delivery.NEVER_RAN, "a new run starts with none"
+
+
+def test_a_dispatcher_pass_leaves_no_record_behind():
+    key = local.dispatcher_key("0b7e4d55-5a0e-4f0b-8f4e-8b0d7f1c2a33")
+    local.mark_running(key)
+    local.mark_done(key)
+    assert not local._finished_path().exists() or not list(local._finished_path().iterdir())
