@@ -15,6 +15,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from agents.models import Agent
+from agents.runner import claim_seconds
 from agents.worker import manager
 from agents.worker.lifecycle import Ticker
 from workflows_app import dispatch, outages
@@ -128,7 +129,7 @@ def silent_agent(make_operation):
     incarnation = uuid.uuid4().hex
     Agent.objects.create(name="h1", incarnation=incarnation, last_heartbeat=timezone.now() - timedelta(seconds=120))
     operation = make_operation(OperationState.STARTED, agent="h1", attempt=1, incarnation=incarnation,
-                               started_at=timezone.now())
+                               started_at=timezone.now() - timedelta(seconds=600))
     return operation
 
 
@@ -185,3 +186,21 @@ def test_an_outage_under_workflow_code_is_no_failure_of_the_code(make_execution,
     with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"]), pytest.raises(OperationalError):
         dispatcher.advance(execution.pk)
     assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.STARTED
+
+
+@pytest.mark.django_db
+@override_settings(WORKFLOWS={"AGENT_OFFLINE_AFTER_SECONDS": 60, "AGENT_HEARTBEAT_SECONDS": 0})
+def test_a_live_agents_attempt_claimed_within_a_claims_timeout_is_left_to_it(silent_agent, outbox, monkeypatch):
+    """The agent may still wait for the answer to its claim, which a manager that died stored and
+    never sent: its message comes again once the claim times out, and the agent runs it. Claimed
+    longer ago than that, it is lost."""
+    Agent.objects.filter(name="h1").update(last_heartbeat=timezone.now())
+    Operation.objects.filter(pk=silent_agent.pk).update(started_at=timezone.now())
+    monkeypatch.setattr(dispatch, "ask_running", lambda timeout: [{"incarnation": silent_agent.incarnation, "running": []}])
+    started = [Operation.objects.get(pk=silent_agent.pk)]
+    assert manager.reconcile_started(started, manager.ask_workers()) == 0
+    assert Operation.objects.get(pk=silent_agent.pk).state == OperationState.STARTED
+    Operation.objects.filter(pk=silent_agent.pk).update(started_at=timezone.now() - timedelta(seconds=claim_seconds() + 1))
+    started = [Operation.objects.get(pk=silent_agent.pk)]
+    assert manager.reconcile_started(started, manager.ask_workers()) == 1
+    assert Operation.objects.get(pk=silent_agent.pk).state == OperationState.RESCHEDULED

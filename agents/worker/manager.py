@@ -8,10 +8,10 @@ When it starts, before it takes messages:
 2. it reconciles ``started`` operations with the workers: each live agent and manager answers
    ``switchyard_running`` with its incarnation and the attempts it runs. An attempt its worker
    still runs is awaited; one that no live worker runs is a lost attempt, a retryable failure
-   "lost during restart". An attempt whose agent still heart-beats under the incarnation that
-   claimed it is left to that agent: it may not have answered in time, or it may be waiting
-   for the answer to its claim (which a manager that died stored and never sent); the agent
-   reports a delivery that died itself;
+   "lost during restart". A worker that does not answer in time but whose agent still
+   heart-beats under that incarnation is left to its heartbeats, and so is an attempt such an
+   agent claimed less than a claim's timeout ago (it may still wait for the answer, which a
+   manager that died stored and never sent);
 3. it carries on from the database (``engine.recovery``): what was in flight is sent again and
    every active execution is advanced.
 
@@ -33,6 +33,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from agents.models import Agent
+from agents.runner import claim_seconds
 from agents.worker import inbox, local
 from agents.worker.forks import no_fork_meanwhile
 from workflows_app import dispatch, outages, retention
@@ -187,15 +188,19 @@ def reconcile_started(started, answers) -> int:
     """Record lost (retryable) each operation of ``started`` — read *before* the workers were
     asked, so none of them started after the question — that no live worker runs."""
     heart_beating = dict(Agent.objects.online().values_list("name", "incarnation"))
+    claimed_since = timezone.now() - timedelta(seconds=claim_seconds())
     lost = 0
     for operation in started:
         running = answers.get(operation.incarnation)
         if running is not None and local.attempt_key(operation.pk, operation.attempt) in running:
             continue  # still running: awaited
-        if operation.incarnation and heart_beating.get(operation.agent) == operation.incarnation:
-            # Its agent lives (it did not answer in time, or it waits for the answer to its claim,
-            # which a manager that died may have stored and never sent): its heartbeats watch it,
-            # and a delivery that died or whose answer was lost is the agent's to report.
+        if running is None and operation.incarnation and heart_beating.get(operation.agent) == operation.incarnation:
+            continue  # its agent lives but did not answer in time: its heartbeats watch it
+        if running is not None and operation.started_at and operation.started_at > claimed_since \
+                and heart_beating.get(operation.agent) == operation.incarnation:
+            # Claimed by a live agent that may still wait for the answer (a manager that died may
+            # have stored the claim and never sent it): once its claim times out, the message
+            # comes again and the agent runs the attempt, which nothing ran.
             continue
         with transaction.atomic():
             current = Operation.objects.filter(pk=operation.pk, state=OperationState.STARTED, attempt=operation.attempt).first()
