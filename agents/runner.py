@@ -24,17 +24,12 @@ from celery.signals import task_revoked
 
 from agents.worker import link, local
 from workflows_app import values, wire
-from workflows_app.conf import workflows_settings
 from workflows_app.dispatch import RUNNER_TASK, TASK_OPTIONS
 from workflows_app.engine import reports
 from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, ValueRefused
 from workflows_app.registry import get_operation
 
 logger = logging.getLogger(__name__)
-
-#: How long a delivery waits for a manager to answer its claim, beyond the managers' own
-#: DATABASE_OUTAGE_TOLERANCE (a manager waits that long for its database before it gives up).
-CLAIM_MARGIN_SECONDS = 10.0
 
 
 class OperationContext:
@@ -63,13 +58,9 @@ class OperationContext:
                     message=values.clean_text(str(message)), data=data)
 
 
-def claim_seconds() -> float:
-    return float(workflows_settings.DATABASE_OUTAGE_TOLERANCE) + CLAIM_MARGIN_SECONDS
-
-
 @shared_task(name=RUNNER_TASK, **TASK_OPTIONS)
 def run_operation(operation_id, attempt, secret=""):
-    answer = link.claim(operation_id, attempt, secret, claim_seconds())
+    answer = link.claim(operation_id, attempt, secret, link.claim_seconds())
     if answer is None:
         raise Reject("no manager answered the claim", requeue=True)
     verdict = answer.get("verdict")

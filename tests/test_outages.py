@@ -15,7 +15,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from agents.models import Agent
-from agents.runner import claim_seconds
+from agents.worker.link import claim_seconds
 from agents.worker import manager
 from agents.worker.lifecycle import Ticker
 from workflows_app import dispatch, outages

@@ -33,8 +33,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from agents.models import Agent
-from agents.runner import claim_seconds
-from agents.worker import inbox, local
+from agents.worker import inbox, link, local
 from agents.worker.forks import no_fork_meanwhile
 from workflows_app import dispatch, outages, retention
 from workflows_app.conf import workflows_settings
@@ -188,7 +187,7 @@ def reconcile_started(started, answers) -> int:
     """Record lost (retryable) each operation of ``started`` — read *before* the workers were
     asked, so none of them started after the question — that no live worker runs."""
     heart_beating = dict(Agent.objects.online().values_list("name", "incarnation"))
-    claimed_since = timezone.now() - timedelta(seconds=claim_seconds())
+    claimed_since = timezone.now() - timedelta(seconds=link.claim_seconds())
     lost = 0
     for operation in started:
         running = answers.get(operation.incarnation)
