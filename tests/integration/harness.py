@@ -488,9 +488,11 @@ def marker_file_name(tag) -> str:
 
 # --- diagnostics and invariants ---------------------------------------------------------
 
-def describe_execution(execution_id, events=30) -> str:
-    """The execution's status and error, its operations' states and its last ``events`` events."""
+def describe_execution(execution_id, events=30, depth=2) -> str:
+    """The execution's status and error, its operations' states and its last ``events`` events;
+    then the same of each child execution that has not ended (``depth`` levels down)."""
     from workflows_app.models import Event, Execution, Operation
+    from workflows_app.states import EXECUTION_TERMINAL
 
     execution = Execution.objects.filter(pk=execution_id).first()
     if execution is None:
@@ -518,6 +520,10 @@ def describe_execution(execution_id, events=30) -> str:
     lines.append(f"last {len(recent)} events:")
     for event in recent:
         lines.append(f"  #{event.id} {event.type} {event.operation or '-'}: {event.message[:200]} {event.data}")
+    if depth:
+        running = Execution.objects.filter(parent_id=execution.pk).exclude(status__in=EXECUTION_TERMINAL)
+        for child in running.order_by("created_at")[:5]:
+            lines.append("  child " + describe_execution(child.pk, events=15, depth=depth - 1).replace("\n", "\n  "))
     return "\n".join(lines)
 
 
