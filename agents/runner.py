@@ -84,6 +84,8 @@ def run_operation(operation_id, attempt, secret=""):
     try:
         outcome = _run(OperationContext(operation_id, attempt, secret, answer), answer)
         _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, secret, **outcome)
+        # Kept with the attempt's finished record: sent again if this report is lost on its way.
+        local.remember_outcome(key, {"operation": str(operation_id), "attempt": attempt, "secret": secret, **outcome})
     finally:
         local.mark_done(key)
 

@@ -56,6 +56,7 @@ TASK_OPTIONS = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost
 KILL_COMMAND = "switchyard_kill"
 CANCEL_COMMAND = "switchyard_cancel"
 RUNNING_COMMAND = "switchyard_running"
+RESEND_COMMAND = "switchyard_resend_outcomes"
 #: The one serializer of everything Switchyard sends.
 SERIALIZER = "json"
 
@@ -303,6 +304,15 @@ def revoke(task_ids, *, terminate=False):
     task_ids = list(task_ids)
     if task_ids:
         _control().revoke(task_ids, terminate=terminate, signal="SIGTERM")
+
+
+def ask_resend_outcomes(attempts):
+    """Ask every agent and manager to send again the outcome reports of the ``attempts`` (pairs
+    of operation id and attempt) that ended on it a while ago (``agents.worker.control``): the
+    database still has them started, so the one it sent was lost. Fire and forget: the manager's
+    tick asks again."""
+    _control().broadcast(RESEND_COMMAND, arguments={"attempts": [[str(pk), attempt] for pk, attempt in attempts]},
+                         reply=False)
 
 
 def ask_running(timeout):

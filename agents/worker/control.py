@@ -1,4 +1,5 @@
-"""The kill: a Celery remote-control command every agent and manager registers.
+"""The Celery remote-control commands every agent and manager registers: the kill, the cancel,
+what runs here, and the outcomes to send again.
 
 ``switchyard_kill`` is broadcast (``workflows_app.dispatch.broadcast_kill``) with the attempts
 of an execution's running operations and, optionally, its dispatcher. Each worker looks them up
@@ -31,7 +32,7 @@ from celery.worker.control import control_command
 from agents.worker import link, local
 from workflows_app import wire
 from workflows_app.conf import workflows_settings
-from workflows_app.dispatch import CANCEL_COMMAND, KILL_COMMAND, RUNNING_COMMAND
+from workflows_app.dispatch import CANCEL_COMMAND, KILL_COMMAND, RESEND_COMMAND, RUNNING_COMMAND
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,34 @@ def switchyard_running(state, **kwargs):
     attempts its pool processes run (keys ``<operation id>.<attempt>``). A manager that starts
     asks every worker, to tell the operations still running from those lost."""
     return {"ok": {"agent": local.name(), "incarnation": local.incarnation(), "running": local.running_attempts()}}
+
+
+#: An outcome is sent again only when its attempt ended here at least this long ago: one that
+#: ended since is most likely still waiting in the reports queue to be stored.
+RESEND_AFTER_SECONDS = 30.0
+
+
+@control_command(name=RESEND_COMMAND, args=[("attempts", list)], signature="[attempts]")
+def switchyard_resend_outcomes(state, attempts=None, **kwargs):
+    """Send again the outcome report of each of ``attempts`` that ended on this worker more than
+    RESEND_AFTER_SECONDS ago (``local.kept_outcome``). The managers' database still has them
+    started: the report the broker took was lost on its way to a manager (Redis hands a message
+    to one consumer, and a manager killed at that moment takes it with it). Storing an outcome
+    twice changes nothing."""
+    resent = []
+    for key in sorted(attempt_keys(attempts)):
+        report = local.kept_outcome(key, ended_before=RESEND_AFTER_SECONDS)
+        if report is None:
+            continue
+        try:
+            link.report(wire.Kind.OUTCOME, **report)
+        except link.Unreachable as exc:
+            logger.warning("could not send again the outcome of %s: %s", key, exc)
+            break
+        resent.append(key)
+    if resent:
+        logger.warning("sent again the outcome of %d attempt(s) the managers still have started: %s", len(resent), resent)
+    return {"ok": {"resent": resent, "agent": local.name()}}
 
 
 def terminate(keys, grace) -> list[str]:

@@ -3,6 +3,7 @@ operations its pool processes are running on this host (kept as files under its 
 directory, so that a later run can find and kill what an earlier one left behind)."""
 
 import enum
+import json
 import os
 import signal
 import time
@@ -107,6 +108,33 @@ def mark_done(key):
             path.touch(mode=local_files.FILE_MODE)
     (_running_path() / key).unlink(missing_ok=True)
     (_cancel_path() / key).unlink(missing_ok=True)
+
+
+def remember_outcome(key, report):
+    """Keep the outcome report of attempt ``key`` (its fields, the attempt's secret among them) with
+    its finished record, once the broker took it: :func:`kept_outcome` gives it back when the
+    managers ask for it again (``agents.worker.control``): a report can be lost after the broker
+    took it, when it is handed to a manager that dies before it stored it."""
+    path = _finished_path() / key
+    try:
+        local_files.write_private(path, json.dumps(report))
+    except FileNotFoundError:
+        local_files.private_dir(path.parent)
+        local_files.write_private(path, json.dumps(report))
+
+
+def kept_outcome(key, ended_before):
+    """The outcome report :func:`remember_outcome` kept for ``key`` if the attempt ended here more
+    than ``ended_before`` seconds ago, else None. ``key`` is one :func:`attempt_key` made from
+    checked values: it names a record, never another path."""
+    path = _finished_path() / key
+    try:
+        if time.time() - path.stat().st_mtime < ended_before:
+            return None
+        report = json.loads(path.read_text() or "null")
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
 
 
 def forget_finished(agent_name=None, older_than=FINISHED_KEEP_SECONDS):

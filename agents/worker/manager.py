@@ -18,8 +18,10 @@ When it starts, before it takes messages:
 Its tick (:class:`Tick`) is the engine's (``engine.timers.tick``) plus the agents' liveness:
 an agent silent for ``AGENT_OFFLINE_AFTER_SECONDS`` lost its started operations. After a
 database outage it saw, the tick does what a starting manager does (2 and 3), once the agents
-have had time to heart-beat again. With ``WORKFLOWS["RETENTION_DAYS"]`` set, it also starts the
-daily purge of old ended executions (:class:`DailyPurge`).
+have had time to heart-beat again. It asks the workers, now and then, to send again the outcomes
+of attempts still started here that ended on them a while ago (:class:`LostOutcomes`). With
+``WORKFLOWS["RETENTION_DAYS"]`` set, it also starts the daily purge of old ended executions
+(:class:`DailyPurge`).
 """
 
 import logging
@@ -30,10 +32,11 @@ from datetime import timedelta
 
 import psutil
 from django.db import connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent
-from agents.worker import inbox, link, local
+from agents.worker import control, inbox, link, local
 from agents.worker.forks import no_fork_meanwhile
 from workflows_app import dispatch, outages, retention
 from workflows_app.conf import workflows_settings
@@ -55,6 +58,9 @@ TICK_SECONDS = 0.5
 PURGE_FIRST_AFTER = timedelta(minutes=5)
 PURGE_EVERY = timedelta(days=1)
 PURGE_RETRY = timedelta(hours=1)
+#: How often the tick asks for lost outcomes, and how many started attempts it names at a time.
+RESEND_EVERY_SECONDS = 15.0
+RESEND_BATCH = 1000
 
 
 def on_start():
@@ -109,6 +115,7 @@ class Tick:
         self.carried_on = True
         self._database_was_down = False
         self.purge = DailyPurge()
+        self.lost_outcomes = LostOutcomes()
 
     def __call__(self, now=None):
         if self._database_was_down:
@@ -126,12 +133,45 @@ class Tick:
     def _pass(self, now):
         timers.tick(now)
         self.purge(now)
+        self.lost_outcomes(now)
         since_back = None if self.database_back_at is None else time.monotonic() - self.database_back_at
         if not self.carried_on and since_back >= 2 * workflows_settings.AGENT_HEARTBEAT_SECONDS:
             self.carried_on = True
             carry_on()
         if since_back is None or since_back >= workflows_settings.AGENT_OFFLINE_AFTER_SECONDS:
             fail_operations_of_offline_agents(now)
+
+
+class LostOutcomes:
+    """Every RESEND_EVERY_SECONDS, asks every worker to send again the outcomes of up to
+    RESEND_BATCH attempts started more than ``control.RESEND_AFTER_SECONDS`` ago, oldest first,
+    going on from where the last look ended (so that long-running attempts, which are named on
+    every turn, do not hide the others).
+
+    Why: on Redis a consumer takes a message with BRPOP, which removes it from the queue as it
+    hands it over; a manager killed at that moment takes the report with it, acknowledged or not.
+    Its attempt would stay started for as long as its agent lives. The worker that ran it keeps
+    its outcome for an hour (``local.remember_outcome``) and sends it again when asked; one that
+    still runs it, or never did, has nothing to send."""
+
+    def __init__(self):
+        self.due_at = 0.0
+        self.after = None  # (started_at, pk) of the last attempt named
+
+    def __call__(self, now):
+        if time.monotonic() < self.due_at:
+            return None
+        self.due_at = time.monotonic() + RESEND_EVERY_SECONDS
+        started = Operation.objects.filter(state=OperationState.STARTED, kind=StepKind.OPERATION,
+                                           started_at__lt=now - timedelta(seconds=control.RESEND_AFTER_SECONDS))
+        if self.after is not None:
+            at, pk = self.after
+            started = started.filter(Q(started_at__gt=at) | Q(started_at=at, pk__gt=pk))
+        batch = list(started.order_by("started_at", "pk").values_list("pk", "attempt", "started_at")[:RESEND_BATCH])
+        self.after = (batch[-1][2], batch[-1][0]) if len(batch) == RESEND_BATCH else None
+        if batch:
+            dispatch.ask_resend_outcomes([(pk, attempt) for pk, attempt, _ in batch])
+        return len(batch)
 
 
 class DailyPurge:

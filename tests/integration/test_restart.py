@@ -16,9 +16,11 @@ import psutil
 import pytest
 from django.core.management import call_command
 
+from agents.worker import local
+from switchyard.celery import app
 from tests.integration.harness import RedisServer, assert_operation_events_consistent, describe_execution
 from tests.integration.test_engine import finish, gone, operations, up
-from workflows_app import services
+from workflows_app import dispatch, services
 from workflows_app.models import Event, Execution, Operation
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -159,6 +161,31 @@ def test_manager_sigkilled_while_operations_run_a_new_manager_completes_the_exec
     lost = Event.objects.filter(execution_id=execution.pk, operation="slow-manager", type="task_rescheduled").get()
     assert "lost during restart" in lost.message, lost.message
     assert ops["slow-agent"].attempt == 1, "the agent's operation ran on, untouched"
+    assert_operation_events_consistent(execution)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outcome_lost_with_the_manager_that_took_it_is_sent_again_by_its_agent(stack):
+    # On Redis a manager takes a report with BRPOP, which removes it from the queue as it hands
+    # it over: a manager killed at that moment takes the report with it. Here the manager dies
+    # while the step runs and the report its agent sends then is dropped from the queue.
+    s = up(stack)
+    execution = services.start("it_single", {"agent": s.h1, "tag": "lost-outcome", "seconds": 3.0})
+    stack.wait_for(lambda: ran(stack, "lost-outcome"), 30, "the step to start")
+    stack.kill(s.manager)
+    step = Operation.objects.get(execution=execution, name="long")
+    finished = local._finished_path(s.h1) / local.attempt_key(step.pk, step.attempt)
+    stack.wait_for(finished.exists, 30, "the agent to report the step's outcome")
+    with app.connection_for_write() as connection:
+        dispatch.reports_queue()(connection.default_channel).purge()
+
+    stack.start_manager(concurrency=4, name="manager-2")
+    # The new manager leaves the step to its live agent (claimed less than a claim's timeout ago);
+    # its tick then asks for the outcomes of attempts started long ago, and the agent has it.
+    assert finish(stack, execution, "completed", timeout=120).payload == {"result": "lost-outcome"}
+    step.refresh_from_db()
+    assert (step.state, step.attempt) == ("succeeded", 1), "the outcome it reported, not a second attempt"
+    assert ran(stack, "lost-outcome") == 1
     assert_operation_events_consistent(execution)
 
 
