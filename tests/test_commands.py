@@ -183,18 +183,58 @@ def test_follow_shows_done_of_total_and_counts_states_with_one_aggregate_query(f
     last = stream.getvalue().replace("\r", "\n").strip().splitlines()[-1]
     assert last.startswith("failed: 33 of 33 operations done |")
     assert "succeeded=31, failed=1, cancelled=1" in last
+    assert stream.getvalue().endswith("cancelled=1]\n"), "the bar left drawn, what follows on a line of its own"
+
+
+def test_follow_shows_each_warning_once_on_a_line_of_its_own_above_the_bar(make_execution, make_operation):
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    make_operation(OperationState.SUCCEEDED, execution, name="first", agent="host-1")
+    make_operation(OperationState.SENT, execution, name="second", agent="nowhere")
+    stream = io.StringIO()
+    assert cli.follow(execution.pk, stream, timeout=cli.POLL_SECONDS * 3) == ExecutionStatus.STARTED
+    shown = stream.getvalue()
+    assert shown.count("warning:") == 1, shown  # looked at 4 times, shown once
+    line = "\nwarning: step 'second' waits for agent 'nowhere', which has never been seen\n"
+    assert line in shown.replace("\r", "\n"), shown
+    after = shown.split("warning:")[1].split("\n", 1)[1]
+    assert after.lstrip("\r").startswith("started: 1 of 2 operations done |"), "the bar drawn again below it"
+    assert shown.endswith("\n")
 
 
 def a_command():
     return BaseCommand(stdout=io.StringIO(), stderr=io.StringIO())
 
 
-def test_a_wait_that_ends_failed_prints_the_execution_and_fails_with_its_error(failed):
+def test_a_wait_that_ends_failed_prints_the_execution_and_fails_with_its_whole_error(failed):
+    """Every line of the error, indented below the reason's first line: a workflow that raised
+    stored its traceback, whose last line is the exception and its message."""
+    failed.error = ("the workflow function raised:\nTraceback (most recent call last):\n"
+                    '  File "flows.py", line 9, in deploy\n    raise ValueError("no disk")\nValueError: no disk\n')
+    failed.save(update_fields=["error"])  # set-up: what the dispatcher stores
     waiting = a_command()
-    with pytest.raises(CommandError, match=f"^execution {failed.pk} ended failed: step 'b' failed: boom$"):
+    with pytest.raises(CommandError) as ended:
         cli.wait_and_report(waiting, failed.pk, as_json=True)
+    assert str(ended.value).splitlines() == [
+        f"execution {failed.pk} ended failed:",
+        "  the workflow function raised:",
+        "  Traceback (most recent call last):",
+        '    File "flows.py", line 9, in deploy',
+        '      raise ValueError("no disk")',
+        "  ValueError: no disk",
+    ]
     assert json.loads(waiting.stdout.getvalue())["status"] == "failed"
     assert "3 of 3 operations done" in waiting.stderr.getvalue()
+
+
+@pytest.mark.parametrize("error, says", [
+    ("step 'b' failed: boom", ": step 'b' failed: boom"),  # one line: on the reason's line
+    ("", ""),
+])
+def test_a_wait_that_ends_with_a_short_error_says_it_in_one_line(failed, error, says):
+    Execution.objects.filter(pk=failed.pk).update(status=ExecutionStatus.TIMED_OUT, error=error)  # set-up
+    with pytest.raises(CommandError) as ended:
+        cli.wait_and_report(a_command(), failed.pk, as_json=False)
+    assert str(ended.value) == f"execution {failed.pk} ended timed_out{says}"
 
 
 def test_a_wait_that_ends_completed_ends_with_a_line_that_starts_with_the_status(make_execution, make_operation):
@@ -213,6 +253,94 @@ def test_a_wait_that_times_out_prints_the_execution_as_it_is_and_fails(api, fail
     assert json.loads(out.getvalue())["status"] == "started"  # one document: the execution when the wait stopped
     assert out.getvalue() == api_body(api, f"{API}/executions/{failed.pk}") + "\n"
     assert "started: 1 of 3 operations done" in err.getvalue()
+
+
+# --- an execution named by the start of its id ------------------------------------------------
+
+def ids(*texts):
+    return [uuid.UUID(text) for text in texts]
+
+
+@pytest.fixture
+def similar(make_execution):
+    """Five executions whose ids start with 770b, three of them with 770b968c; one other."""
+    made = [make_execution(ExecutionStatus.FAILED, id=pk, token_hash="f" * 64, workflow_id=f"w{i}")
+            for i, pk in enumerate(ids(
+                "770b968c-1f2a-4c47-9a43-2f0c1c6f1a10", "770b968c-1f2b-4c47-9a43-2f0c1c6f1a10",
+                "770b968c-ffff-4c47-9a43-2f0c1c6f1a10", "770b0000-0000-4000-8000-000000000000",
+                "770bffff-ffff-4fff-bfff-ffffffffffff", "770c0000-0000-4000-8000-000000000000"))]
+    return {str(execution.pk): execution for execution in made}
+
+
+@pytest.mark.parametrize("typed, resolves_to", [
+    ("770b968c-1f2a", "770b968c-1f2a-4c47-9a43-2f0c1c6f1a10"),  # as shown, with its dash
+    ("770b968c1f2a", "770b968c-1f2a-4c47-9a43-2f0c1c6f1a10"),  # without
+    ("770B968C-1F2B-", "770b968c-1f2b-4c47-9a43-2f0c1c6f1a10"),  # capitals, up to a dash
+    ("770b968cf", "770b968c-ffff-4c47-9a43-2f0c1c6f1a10"),
+    ("770b0", "770b0000-0000-4000-8000-000000000000"),  # the lowest id of the range
+    ("770bf", "770bffff-ffff-4fff-bfff-ffffffffffff"),  # and the highest
+    ("770c", "770c0000-0000-4000-8000-000000000000"),
+    ("770b968c-1f2a-4c47-9a43-2f0c1c6f1a10", "770b968c-1f2a-4c47-9a43-2f0c1c6f1a10"),
+    ("{770b968c1f2a4c479a432f0c1c6f1a10}", "770b968c-1f2a-4c47-9a43-2f0c1c6f1a10"),
+])
+def test_a_unique_start_of_an_id_names_its_execution(similar, typed, resolves_to):
+    assert cli.parse_execution_id(typed) == uuid.UUID(resolves_to)
+
+
+@pytest.mark.parametrize("typed, says", [
+    ("770b968c", "'770b968c' is the start of 3 execution ids: 770b968c-1f2a-4c47-9a43-2f0c1c6f1a10 (w0, failed), "
+                 "770b968c-1f2b-4c47-9a43-2f0c1c6f1a10 (w1, failed), "
+                 "770b968c-ffff-4c47-9a43-2f0c1c6f1a10 (w2, failed); give more of it"),
+    ("770b", "'770b' is the start of 5 execution ids: 770b0000-0000-4000-8000-000000000000 (w3, failed), "
+             "770b968c-1f2a-4c47-9a43-2f0c1c6f1a10 (w0, failed), 770b968c-1f2b-4c47-9a43-2f0c1c6f1a10 (w1, failed) "
+             "and 2 more; give more of it"),
+    ("770a", "no execution '770a'"),
+    ("770b968c-1f2a-4c47-9a43-2f0c1c6f1a11", "no execution '770b968c-1f2a-4c47-9a43-2f0c1c6f1a11'"),
+    ("770", "no execution '770': give at least 4 digits of its id"),
+    ("77-0b", "no execution '77-0b': an execution id is hex digits, with or without its dashes"),
+    ("770b-968c", "no execution '770b-968c': an execution id is hex digits, with or without its dashes"),
+    ("770g", "no execution '770g': an execution id is hex digits, with or without its dashes"),
+    ("770b968c1f2a4c479a432f0c1c6f1a10a", "no execution '770b968c1f2a4c479a432f0c1c6f1a10a': an execution id is"),
+    ("", "no execution '': an execution id is hex digits"),
+])
+def test_a_start_of_an_id_that_names_no_execution_alone_is_refused_in_one_line(similar, typed, says):
+    with pytest.raises(CommandError) as refused:
+        cli.parse_execution_id(typed)
+    assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
+
+
+def test_a_start_of_an_id_is_one_range_of_the_primary_key_index(similar):
+    """A prefix is the ids between it padded with 0s and with fs: the database searches the
+    primary key's index, it does not read the table."""
+    with CaptureQueriesContext(connection) as queries:
+        cli.parse_execution_id("770b968c-1f2a")
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    sql = queries[0]["sql"]
+    assert "LIKE" not in sql.upper() and ">=" in sql and "<=" in sql
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("EXPLAIN QUERY PLAN " + sql)
+            plan = " ".join(str(row) for row in cursor.fetchall())
+            assert "SEARCH" in plan and "INDEX" in plan and "SCAN" not in plan, plan
+        elif connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")  # a small table: the planner would read it all
+            cursor.execute("EXPLAIN " + sql)
+            plan = " ".join(row[0] for row in cursor.fetchall())
+            assert "Index" in plan and "Seq Scan" not in plan, plan
+
+
+def test_every_command_on_an_execution_takes_the_start_of_its_id(api, running, similar):
+    prefix = str(running.pk)[:8]
+    out, _ = command("send_event", prefix, "approve", "--json")
+    assert json.loads(out)["execution_id"] == str(running.pk)
+    out, _ = command("tail_events", prefix, "--json")
+    assert [json.loads(line)["type"] for line in out.splitlines()] == ["event_received"]
+    out, _ = command("cancel_execution", prefix.upper(), "--json")
+    assert json.loads(out)["id"] == str(running.pk) and json.loads(out)["status"] == "cancelling"
+    out, _ = command("resume_execution", "770b968c-1f2a")
+    assert out == "770b968c-1f2a-4c47-9a43-2f0c1c6f1a10 started\n"
+    with pytest.raises(CommandError, match="^'770b968c' is the start of 3 execution ids: "):
+        command("resume_execution", "770b968c")
 
 
 def test_a_transition_refused_under_the_command_is_one_line_too():
@@ -267,7 +395,9 @@ REFUSED = [
      "failure_mode must be one of"),
     (["start_execution", "it_single", "--param", "agent=a", "--deployment", "d1"],
      "CommandError: deployment 'd1' has an active execution ({started})"),
-    (["cancel_execution", "not-a-uuid"], "CommandError: no execution 'not-a-uuid': not a UUID"),
+    (["cancel_execution", "not-a-uuid"], "CommandError: no execution 'not-a-uuid': an execution id is hex digits"),
+    (["cancel_execution", "{completed8}"], "CommandError: cannot cancel execution {completed}: it is completed"),
+    (["resume_execution", "{started3}"], "CommandError: no execution '{started3}': give at least 4 digits"),
     (["cancel_execution", "{unknown}"], "CommandError: no execution '{unknown}'"),
     (["cancel_execution", "{completed}"], "CommandError: cannot cancel execution {completed}: it is completed"),
     (["cancel_execution", "{started}", "--force", "--kill"],
@@ -278,7 +408,7 @@ REFUSED = [
     (["list_executions", "--status", "done"], "CommandError: --status must be one of pending, queued"),
     (["list_executions", "--limit", "0"], "CommandError: --limit must be at least 1, not 0"),
     (["list_executions", "--limit", "many"], "argument --limit: invalid int value: 'many'"),
-    (["tail_events", "not-a-uuid"], "CommandError: no execution 'not-a-uuid': not a UUID"),
+    (["tail_events", "not-a-uuid"], "CommandError: no execution 'not-a-uuid': an execution id is hex digits"),
     (["tail_events", "{unknown}", "--follow"], "CommandError: no execution '{unknown}'"),
     (["send_event", "{completed}", "go"], "CommandError: cannot send an event to execution {completed}"),
     (["send_event", "{started}", "go", "--payload", "{{nope"], "CommandError: --payload is not JSON"),
@@ -291,6 +421,7 @@ REFUSED = [
 def test_every_bad_input_and_refusal_is_one_line_on_stderr_and_a_non_zero_exit(child_env, executions):
     """Each case also with --json: stdout stays empty, so a script never parses half a result."""
     ids = {name: str(getattr(value, "pk", value)) for name, value in executions.items()}
+    ids.update(completed8=ids["completed"][:8], started3=ids["started"][:3])  # ids as the lists show them
     cases = [([arg.format(**ids) for arg in argv] + ["--json"], says.format(**ids)) for argv, says in REFUSED]
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda case: manage(child_env, *case[0]), cases))

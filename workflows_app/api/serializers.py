@@ -114,24 +114,46 @@ OperationsSummarySerializer = type("OperationsSummarySerializer", (serializers.S
 })
 
 
+@extend_schema_field({"type": "string", "enum": [queries.UNKNOWN_AGENT]})
+class WarningCodeField(serializers.CharField):
+    """What a warning is about; the schema lists the codes (inline, not as a component of its own)."""
+
+
+class WarningSerializer(serializers.Serializer):
+    """Something an operator should know of an execution that its status does not say."""
+
+    code = WarningCodeField(help_text=(
+        "unknown_agent: steps were sent to an agent that has never been seen, or that has been offline for "
+        "longer than WORKFLOWS['AGENT_OFFLINE_AFTER_SECONDS']; they wait until an agent of that name comes"))
+    step = serializers.CharField(help_text="the step it is about (of several waiting for one agent, the first by name)")
+    message = serializers.CharField(help_text="a readable one-line explanation")
+
+
 class ExecutionDetailSerializer(ExecutionSerializer):
-    """An execution with the count of its operations per state (``operations_summary``)."""
+    """An execution with the count of its operations per state (``operations_summary``) and what
+    an operator should know of it (``warnings``)."""
 
     operations_summary = OperationsSummarySerializer(read_only=True)
+    warnings = WarningSerializer(many=True, read_only=True, help_text=(
+        "what an operator should know that the status does not say, e.g. steps waiting for an agent that "
+        "never came (unknown_agent); [] when nothing"))
 
     class Meta(ExecutionSerializer.Meta):
-        fields = (*ExecutionSerializer.Meta.fields, "operations_summary")
+        fields = (*ExecutionSerializer.Meta.fields, "operations_summary", "warnings")
         read_only_fields = fields
 
 
 def execution_detail(execution, operations_summary=None) -> dict:
     """The execution as ``GET /executions/{id}`` and every action answer it, with its count per
-    state: what the API and the commands' ``--json`` print. ``operations_summary``: the counts
-    when the caller knows them (:data:`NO_OPERATIONS` for an execution it has just created), else
-    they are counted (one query)."""
+    state and its warnings: what the API and the commands' ``--json`` print. ``operations_summary``:
+    the counts when the caller knows them (:data:`NO_OPERATIONS` for an execution it has just
+    created), else they are counted (one query). The warnings are looked for (two queries) only
+    when the counts have steps sent and not started: no other step waits for an agent."""
     if operations_summary is None:
         operations_summary = queries.operations_summary(execution.pk)
     execution.operations_summary = operations_summary
+    sent = operations_summary[OperationState.SENDING] or operations_summary[OperationState.SENT]
+    execution.warnings = queries.warnings(execution.pk) if sent else []
     return _detail_serializer().to_representation(execution)
 
 
@@ -147,6 +169,7 @@ def _detail_serializer():
     data), so one serializer shows every execution."""
     serializer = ExecutionDetailSerializer()
     serializer.fields["operations_summary"].fields  # builds both levels now, not later in two threads at once
+    serializer.fields["warnings"].child.fields
     return serializer
 
 

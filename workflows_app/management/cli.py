@@ -9,6 +9,7 @@ what ``GET /api/v1/...`` answers, and a field added to the API appears in the co
 """
 
 import os
+import re
 import signal
 import sys
 import time
@@ -17,12 +18,12 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
+from workflows_app import queries
 from workflows_app.api.renderers import JSONRenderer
 from workflows_app.api.serializers import EventSerializer, ExecutionListItemSerializer, execution_detail
 from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
 from workflows_app.models import Execution
-from workflows_app.queries import operations_summary
-from workflows_app.states import EXECUTION_TERMINAL, OPERATION_TERMINAL, ExecutionStatus
+from workflows_app.states import EXECUTION_TERMINAL, OPERATION_TERMINAL, ExecutionStatus, OperationState
 
 #: What the services refuse with; each says why in one line (``str(error)``).
 REFUSALS = (TransitionRefused, RegistrationError, ParameterError, ExistingRunningExecution)
@@ -32,6 +33,15 @@ POLL_SECONDS = 0.3
 INTERRUPTED = 130
 #: The progress line: ``started: 2 of 5 operations done |####      | [00:03, succeeded=2, started=1]``.
 BAR_FORMAT = "{desc}: {n} of {total} operations done |{bar}| [{elapsed}{postfix}]"
+#: The fewest hex digits of an id a command takes for the execution: 4 digits leave 65536 ranges,
+#: enough to tell apart the few executions an operator has in hand; fewer would name many.
+ID_PREFIX_MIN = 4
+#: How many executions a refused ambiguous prefix names (then "and N more").
+ID_PREFIX_SHOWN = 3
+#: The help of every command's execution id.
+ID_HELP = f"the execution's id, or its first {ID_PREFIX_MIN} or more digits when no other id starts with them"
+#: Hex digits, with or without the dashes of a UUID's text.
+ID_TEXT = re.compile(r"[0-9a-f-]+")
 
 
 # --- arguments and errors ------------------------------------------------------------------
@@ -68,11 +78,36 @@ class ExecutionCommand(BaseCommand):
 
 
 def parse_execution_id(text) -> uuid.UUID:
-    """The execution id a user typed; one that is not a UUID names no execution (as the API's 404)."""
+    """The id of the execution a user named by its id or by the start of it (``770b968c``, as
+    the lists and the admin show ids; with or without dashes): a prefix must name one execution
+    alone. One query (:func:`queries.executions_by_id_prefix`); whatever else is one line."""
+    digits = id_digits(text)
+    matches, count = queries.executions_by_id_prefix(digits, ID_PREFIX_SHOWN)
+    if count == 0:
+        raise CommandError(f"no execution {text!r}")
+    if count > 1:
+        named = ", ".join(f"{row['id']} ({row['workflow_id']}, {row['status']})" for row in matches)
+        more = f" and {count - len(matches)} more" if count > len(matches) else ""
+        raise CommandError(f"{text!r} is the start of {count} execution ids: {named}{more}; give more of it")
+    return matches[0]["id"]
+
+
+def id_digits(text) -> str:
+    """The hex digits of an id or of its start, as typed: a whole UUID in any form Python reads
+    (braces, ``urn:uuid:``, capitals), else its first digits, with dashes only where the id's
+    text has them."""
     try:
-        return uuid.UUID(text)
+        return uuid.UUID(text).hex
     except ValueError:
-        raise CommandError(f"no execution {text!r}: not a UUID") from None
+        pass
+    typed = text.lower()
+    digits = typed.replace("-", "")
+    if not ID_TEXT.fullmatch(typed) or len(digits) > 32 or (
+            "-" in typed and not str(uuid.UUID(hex=digits.ljust(32, "0"))).startswith(typed)):
+        raise CommandError(f"no execution {text!r}: an execution id is hex digits, with or without its dashes")
+    if len(digits) < ID_PREFIX_MIN:
+        raise CommandError(f"no execution {text!r}: give at least {ID_PREFIX_MIN} digits of its id")
+    return digits
 
 
 def call(service, *args, **kwargs):
@@ -138,21 +173,35 @@ def wait_and_report(command, pk, as_json, timeout=None):
     if status not in EXECUTION_TERMINAL:
         raise CommandError(f"execution {pk} is still {status} after {timeout:g}s")
     if document["status"] != ExecutionStatus.COMPLETED:
-        reason = document["error"].splitlines()
-        raise CommandError(f"execution {pk} ended {document['status']}" + (f": {reason[0]}" if reason else ""))
+        raise CommandError(ended(pk, document["status"], document["error"]))
+
+
+def ended(pk, status, error) -> str:
+    """Why a wait failed: ``execution X ended failed: <error>`` when the error is one line; else
+    ``execution X ended failed:`` and the whole error below it, each line indented — a workflow
+    that raised stored its traceback, whose last line is the exception's type and message."""
+    lines = [line.rstrip() for line in error.strip("\n").splitlines()]
+    if len(lines) <= 1:
+        return f"execution {pk} ended {status}" + (f": {lines[0].strip()}" if lines and lines[0].strip() else "")
+    return f"execution {pk} ended {status}:\n" + "\n".join(f"  {line}" if line else "" for line in lines)
 
 
 def follow(pk, stream, timeout=None) -> ExecutionStatus:
     """Show the execution's status and its operations, done of total and per state, as a tqdm bar
     on ``stream`` until it is terminal or ``timeout`` s passed; returns the last status seen.
-    Each look is two queries, the counts one aggregate, however many operations there are."""
+    Each look is two queries, the counts one aggregate, however many operations there are; while
+    steps are sent and not started, also its :func:`queries.warnings` (two more), each shown
+    once on a line of its own above the bar."""
     deadline = None if timeout is None else time.monotonic() + timeout
     status = None
     progress = Progress(stream)
     try:
         while True:
             status = ExecutionStatus(Execution.objects.filter(pk=pk).values_list("status", flat=True).get())
-            progress.show(status, operations_summary(pk))
+            summary = queries.operations_summary(pk)
+            progress.show(status, summary)
+            if status not in EXECUTION_TERMINAL and (summary[OperationState.SENDING] or summary[OperationState.SENT]):
+                progress.warn(queries.warnings(pk))
             if status in EXECUTION_TERMINAL or (deadline is not None and time.monotonic() > deadline):
                 return status
             time.sleep(POLL_SECONDS)
@@ -170,6 +219,7 @@ class Progress:
     def __init__(self, stream):
         self.stream, self.bar, self.last = stream, None, None
         self.live = hasattr(stream, "isatty") and stream.isatty()
+        self.warned = set()
 
     def show(self, status, summary):
         if (status, summary) == self.last and not self.live:
@@ -185,9 +235,20 @@ class Progress:
         self.bar.set_postfix_str(state_counts(summary), refresh=False)
         self.bar.refresh()
 
+    def warn(self, warnings):
+        """Each warning not shown yet (by code and step), on a line of its own: tqdm clears the
+        bar, writes the line and draws the bar again below it, so that neither overwrites the other."""
+        for warning in warnings:
+            if (warning["code"], warning["step"]) not in self.warned:
+                self.warned.add((warning["code"], warning["step"]))
+                tqdm.write(f"warning: {warning['message']}", file=self.stream)
+
     def close(self):
+        """Leave the bar as last drawn, and the cursor on the line below it: what comes next (the
+        command's error, the shell's prompt) starts a line of its own."""
         if self.bar is not None:
-            self.bar.close()
+            self.bar.close()  # draws it a last time, then a newline
+            self.stream.flush()
 
 
 def done_of_total(summary) -> tuple[int, int]:

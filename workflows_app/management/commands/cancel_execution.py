@@ -1,7 +1,7 @@
 """``manage.py cancel_execution ID [--force | --kill] [--json]``"""
 
 from workflows_app import services
-from workflows_app.management.cli import ExecutionCommand, call, parse_execution_id, print_execution
+from workflows_app.management.cli import ID_HELP, ExecutionCommand, call, parse_execution_id, print_execution
 
 
 class Command(ExecutionCommand):
@@ -9,7 +9,7 @@ class Command(ExecutionCommand):
             "without waiting; --kill signals the processes of its operations (SIGTERM, then SIGKILL).")
 
     def add_arguments(self, parser):
-        parser.add_argument("execution_id")
+        parser.add_argument("execution_id", metavar="ID", help=ID_HELP)
         level = parser.add_mutually_exclusive_group()
         level.add_argument("--force", action="store_true", help="force-cancel: do not wait for running operations")
         level.add_argument("--kill", action="store_true", help="kill the processes of running operations")

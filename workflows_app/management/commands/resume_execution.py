@@ -2,6 +2,7 @@
 
 from workflows_app import services
 from workflows_app.management.cli import (
+    ID_HELP,
     ExecutionCommand,
     call,
     parse_execution_id,
@@ -16,7 +17,7 @@ class Command(ExecutionCommand):
             "also resets operations left sending, sent or started (cancelled or failed executions only).")
 
     def add_arguments(self, parser):
-        parser.add_argument("execution_id")
+        parser.add_argument("execution_id", metavar="ID", help=ID_HELP)
         parser.add_argument("--force", "--reset-operations", dest="force", action="store_true",
                             help="force-resume: reset in-flight operations as well")
         parser.add_argument("--wait", action="store_true",

@@ -3,7 +3,7 @@
 from django.core.management.base import CommandError
 
 from workflows_app import services, values
-from workflows_app.management.cli import ExecutionCommand, call, event_json, parse_execution_id
+from workflows_app.management.cli import ID_HELP, ExecutionCommand, call, event_json, parse_execution_id
 
 
 class Command(ExecutionCommand):
@@ -11,7 +11,7 @@ class Command(ExecutionCommand):
             "the oldest ctx.await_event(NAME) not yet served takes its payload.")
 
     def add_arguments(self, parser):
-        parser.add_argument("execution_id")
+        parser.add_argument("execution_id", metavar="ID", help=ID_HELP)
         parser.add_argument("name", help="the event name the workflow waits for")
         parser.add_argument("--payload", default="null", help="a JSON value (default: null)")
         parser.add_argument("--json", dest="as_json", action="store_true",

@@ -4,7 +4,14 @@ import time
 
 from django.core.management.base import CommandError
 
-from workflows_app.management.cli import INTERRUPTED, POLL_SECONDS, ExecutionCommand, event_json, parse_execution_id
+from workflows_app.management.cli import (
+    ID_HELP,
+    INTERRUPTED,
+    POLL_SECONDS,
+    ExecutionCommand,
+    event_json,
+    parse_execution_id,
+)
 from workflows_app.models import Event, Execution
 from workflows_app.states import EXECUTION_TERMINAL
 
@@ -17,7 +24,7 @@ class Command(ExecutionCommand):
             "per line (JSON Lines), each as GET /api/v1/events shows it.")
 
     def add_arguments(self, parser):
-        parser.add_argument("execution_id")
+        parser.add_argument("execution_id", metavar="ID", help=ID_HELP)
         parser.add_argument("--follow", action="store_true", help="keep printing new events until the execution ended")
         parser.add_argument("--json", dest="as_json", action="store_true",
                             help="one JSON event per line, as the API shows it")
@@ -26,9 +33,7 @@ class Command(ExecutionCommand):
                                  "with its execution's short id)")
 
     def handle(self, *args, execution_id, follow, as_json, tree, **options):
-        pk = parse_execution_id(execution_id)
-        if not Execution.objects.filter(pk=pk).exists():
-            raise CommandError(f"no execution '{pk}'")
+        pk = parse_execution_id(execution_id)  # an execution that exists
         line = event_json if as_json else event_text
         if tree and not as_json:
             line = tree_text
