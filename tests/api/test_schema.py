@@ -99,3 +99,16 @@ def test_the_schema_names_the_registered_workflows_as_the_values_of_workflow_id(
     schema = json.loads(api.get(f"{API}/schema", {"format": "json"}).content)
     assert schema["components"]["schemas"]["WorkflowIdEnum"]["enum"] == sorted(registry.workflows())
     assert "zz_extra" in schema["components"]["schemas"]["WorkflowIdEnum"]["enum"]
+
+
+def test_the_docs_page_shows_the_schemas_markdown_as_html_and_names_the_version_apart(api):
+    page = api.get(f"{API}/docs").content.decode()
+    # drf-spectacular lists an enum's choices as a markdown list: a list on the page, not "* `pending`".
+    assert "<li><code>pending</code> - Pending</li>" in page
+    assert "* <code>" not in page and "* `" not in page
+    assert "<h1>Switchyard API</h1>" in page and "Version 1 of the API, served under <code>/api/v1/</code>" in page
+
+
+def test_the_demo_projects_root_leads_to_the_admin(client):
+    response = client.get("/")
+    assert response.status_code == 302 and response["Location"] == "/admin/"

@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 
 from workflows_app.api.base import SwitchyardView
 from workflows_app.api.renderers import SCHEMA_RENDERERS, JSONRenderer
-from workflows_app.api.schema import SchemaGenerator, extend_schema, switchyard_spectacular_settings
+from workflows_app.api.schema import SchemaGenerator, extend_schema, mount_prefix, switchyard_spectacular_settings
 
 _ENGINE = Engine(dirs=[str(Path(__file__).resolve().parent / "templates")], autoescape=True)
 _METHODS = ("get", "post", "put", "patch", "delete")
@@ -46,7 +46,8 @@ class DocsHTMLRenderer(BaseRenderer):
                 login = _login_url()
             return _ENGINE.get_template("docs_error.html").render(Context({
                 "status": response.status_code, "error": data, "login": login}))
-        return _ENGINE.get_template("docs.html").render(Context({**page(data), "schema_url": reverse("api:schema")}))
+        return _ENGINE.get_template("docs.html").render(Context({
+            **page(data), "schema_url": reverse("api:schema"), "prefix": mount_prefix(context.get("request"))}))
 
 
 def _login_url():
@@ -115,9 +116,27 @@ def page(schema):
             "security": sorted(schema.get("components", {}).get("securitySchemes", {}))}
 
 
+#: A line of a bulleted list in a description (drf-spectacular lists an enum's choices so).
+_BULLET = re.compile(r"^\s*[*-]\s+")
+
+
 def _text(markdown):
-    """A description: escaped, its ``code`` spans shown as code (the only markdown used here)."""
-    return mark_safe(re.sub(r"``?([^`]+)``?", r"<code>\1</code>", escape(markdown or "")))
+    """A description as HTML: the markdown the schema's descriptions use — paragraphs (blank
+    lines between them), bulleted lists (``* item``) and ``code`` spans —, everything escaped."""
+    html = []
+    for block in re.split(r"\n\s*\n", (markdown or "").strip()):
+        lines, prose = block.splitlines(), []
+        items = [_BULLET.sub("", line) for line in lines if _BULLET.match(line)]
+        prose = [line for line in lines if not _BULLET.match(line)]
+        if prose:
+            html.append(f"<p>{_inline(' '.join(prose))}</p>")
+        if items:
+            html.append("<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in items) + "</ul>")
+    return mark_safe("".join(html))
+
+
+def _inline(text):
+    return re.sub(r"``?([^`]+)``?", r"<code>\1</code>", escape(text))
 
 
 def _operation(path, method, op):

@@ -38,7 +38,7 @@ from workflows_app.registry import workflows
 #: names it ``AgentStatusEnum`` after its component.)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Switchyard API",
-    "DESCRIPTION": "Durable workflow executions: start, watch, cancel, kill and resume them (see docs/api.md). "
+    "DESCRIPTION": "Durable workflow executions: start, watch, cancel, kill and resume them. "
                    "Every error is {\"error_code\", \"message\"}; every list is paginated with limit/offset.",
     "VERSION": "1",
     # Request bodies get their own components (…Request), with their own constraints.
