@@ -6,7 +6,7 @@ what an agent says enters the database.
 * a **claim** is fencing: the attempt starts only if it is still its
   operation's current attempt, the operation waits for it (``sending``/``sent``) and its
   execution is ``started``; the answer says so, with what to run (the operation, its arguments,
-  the input a canvas passes on, whether it is a dry run);
+  the input a canvas passes on, whether it is a dry run, how many retries it has left);
 * an **outcome** is recorded by ``engine.reports`` (a report of an attempt that is no longer
   current is kept as a ``stale_report`` event and changes nothing);
 * ``ctx.log`` lines, attempts that will never report (``lost``), processes gone after a kill,
@@ -154,7 +154,16 @@ def _run(operation, dry_run) -> dict:
     if operation.input is not None:
         args.insert(0, _input(operation))
     return {"verdict": wire.Verdict.RUN, "operation": operation.operation, "execution": str(operation.execution_id),
-            "step": operation.name, "args": args, "kwargs": operation.kwargs, "dry_run": bool(dry_run)}
+            "step": operation.name, "args": args, "kwargs": operation.kwargs, "dry_run": bool(dry_run),
+            "retries_left": _retries_left(operation)}
+
+
+def _retries_left(operation) -> int:
+    """How many more attempts retryable failures may bring (-1: no limit), as ``policy.retry_delay``
+    counts them: the agent ends a retried attempt's Celery task as ``RETRY``, a final one as ``FAILURE``."""
+    if operation.max_retries == -1:
+        return -1
+    return max(0, operation.max_retries - operation.current_retries)
 
 
 def _input(operation):

@@ -10,8 +10,18 @@ started by this run of the agent and no process here runs it any more, its pool 
 with it, and the attempt is reported lost (a retryable failure).
 
 What the attempt did is reported with the attempt's secret before the message is acknowledged
-(the task returns only once the broker holds the report); a report the broker does not take
+(the task ends only once the broker holds the report); a report the broker does not take
 sends the message back to the queue, where its next delivery finds the attempt lost.
+
+Then the task ends as the attempt did, in Celery's own terms, so that Celery's events and Flower
+tell the attempts apart: it returns when the attempt succeeded (state ``SUCCESS``), raises
+``celery.exceptions.Retry`` when the engine will send another attempt (``RETRY``: Celery sends
+nothing itself, the next attempt is the engine's message, with a task id of its own) and
+:class:`AttemptFailed` otherwise (``FAILURE``). Either way the message is acknowledged
+(``acks_on_failure_or_timeout``), nothing is written to a result backend (``ignore_result``) and
+the worker logs one line: :class:`AttemptFailed` is declared in the task's ``throws``. A delivery
+that runs nothing — dropped by its claim, a duplicate of a running attempt — returns: its
+message was handled and nothing failed.
 """
 
 import logging
@@ -19,7 +29,7 @@ import traceback
 import uuid
 
 from celery import shared_task
-from celery.exceptions import Reject
+from celery.exceptions import Reject, Retry
 from celery.signals import task_revoked
 
 from agents.worker import link, local
@@ -30,6 +40,21 @@ from workflows_app.errors import NonRecoverableError, OperationCancelled, Recove
 from workflows_app.registry import get_operation
 
 logger = logging.getLogger(__name__)
+
+#: The longest error line a failed task carries to Celery's events (the whole error is in the
+#: database).
+ERROR_LINE_CHARS = 500
+
+
+class AttemptFailed(Exception):
+    """How the task of an attempt that failed ends, once its outcome was reported: state
+    ``FAILURE``, with the operation's error as ``<type>: <message>`` on one line."""
+
+
+class AttemptCancelled(AttemptFailed):
+    """The task of an attempt that stopped because its execution (or step) is being cancelled
+    (``OperationCancelled``): ``FAILURE`` too. Celery's ``REVOKED`` means that a message was
+    revoked or its process terminated, which is not what happened: the attempt ran, and stopped."""
 
 
 class OperationContext:
@@ -58,7 +83,7 @@ class OperationContext:
                     message=values.clean_text(str(message)), data=data)
 
 
-@shared_task(name=RUNNER_TASK, **TASK_OPTIONS)
+@shared_task(name=RUNNER_TASK, throws=(AttemptFailed,), **TASK_OPTIONS)
 def run_operation(operation_id, attempt, secret=""):
     answer = link.claim(operation_id, attempt, secret, link.claim_seconds())
     if answer is None:
@@ -68,9 +93,12 @@ def run_operation(operation_id, attempt, secret=""):
     if verdict == wire.Verdict.STARTED:
         earlier = local.earlier_delivery(operation_id, attempt) if answer.get("incarnation") == local.incarnation() else None
         if earlier == local.Delivery.DIED:
-            # Our own earlier delivery of this attempt died with its pool process.
-            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, secret, message="its worker process was lost")
-            return
+            # Our own earlier delivery of this attempt died with its pool process: this task
+            # (the attempt's task id) ends as the retryable failure the managers record.
+            lost = {"outcome": wire.Outcome.FAILED, "retryable": True,
+                    "error": {"type": "WorkerLost", "message": "its worker process was lost"}}
+            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, secret, message=lost["error"]["message"])
+            raise _task_error(lost, attempt, answer, cancelled=False)
         if earlier != local.Delivery.NEVER_RAN:
             logger.info("operation %s attempt %s dropped: a duplicate delivery of a started attempt", operation_id, attempt)
             return
@@ -82,12 +110,45 @@ def run_operation(operation_id, attempt, secret=""):
         return
     local.mark_running(key, secret)
     try:
-        outcome = _run(OperationContext(operation_id, attempt, secret, answer), answer)
+        ctx = OperationContext(operation_id, attempt, secret, answer)
+        outcome = _run(ctx, answer)
         _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, secret, **outcome)
         # Kept with the attempt's finished record: sent again if this report is lost on its way.
         local.remember_outcome(key, {"operation": str(operation_id), "attempt": attempt, "secret": secret, **outcome})
+        cancelled = ctx.is_cancelled()  # read before mark_done, which clears it
     finally:
         local.mark_done(key)
+    error = _task_error(outcome, attempt, answer, cancelled=cancelled)
+    if error is not None:
+        raise error
+
+
+def _task_error(outcome, attempt, answer, *, cancelled):
+    """What the task raises to end as the attempt ended (its outcome is reported already):
+    nothing when it succeeded; ``Retry`` when the managers will retry it; else
+    :class:`AttemptFailed`.
+
+    The managers retry a retryable failure while the operation has retries left, which the
+    claim's answer says (``retries_left``, -1 for no limit; an answer without it says none),
+    and while the execution takes new calls: not when it is being cancelled, which this worker
+    was told (``cancelled``). A retry that another step's failure stops (fail_fast,
+    no_new_calls) cannot be known here: that task shows ``RETRY`` and no next attempt follows."""
+    if outcome["outcome"] == wire.Outcome.SUCCEEDED:
+        return None
+    line = _error_line(outcome["error"])
+    if outcome["outcome"] == wire.Outcome.CANCELLED:
+        return AttemptCancelled(f"cancelled: {line}")
+    if outcome["retryable"] and answer.get("retries_left", 0) != 0 and not cancelled:
+        # Raised, not task.retry(): Celery sends no message for it (the engine sends the next
+        # attempt) and, the task being acks_late, acknowledges this one.
+        return Retry(f"retried as attempt {attempt + 1}: {line}", exc=AttemptFailed(line))
+    return AttemptFailed(line)
+
+
+def _error_line(error) -> str:
+    """``<type>: <message>`` of an operation's error, on one line."""
+    line = " ".join(f"{error.get('type') or 'Error'}: {error.get('message', '')}".split())
+    return line if len(line) <= ERROR_LINE_CHARS else line[:ERROR_LINE_CHARS - 1] + "…"
 
 
 def _run(ctx, answer) -> dict:

@@ -106,7 +106,8 @@ def test_a_claim_is_answered_with_what_to_run_and_nothing_else(make_execution, m
     [(reply_to, answer)] = intake.take([signed("claim", sent, id="the-claim")])
     assert reply_to == wire.reply_queue(AGENT, "box", 1)
     assert answer == {"id": "the-claim", "verdict": "run", "operation": "add", "execution": str(execution.pk),
-                      "step": "second", "args": [[1, 2], 3], "kwargs": {"y": 4}, "dry_run": False}
+                      "step": "second", "args": [[1, 2], 3], "kwargs": {"y": 4}, "dry_run": False,
+                      "retries_left": 3}
     sent.refresh_from_db()
     assert (sent.state, sent.incarnation) == (OperationState.STARTED, "run-1")
 

@@ -709,3 +709,18 @@ def bad_value_workflow(ctx, where, kind, agent=None):
     elif where == "reason":
         ctx.fail("gave up on " + UNSTORABLE_TEXT)
     ctx.set_payload({"went_on": True})
+
+
+# --- Flower's task states (tests/integration/test_flower.py) ---------------------------------
+
+@workflow(name="it_outcomes")
+def outcomes(ctx, prefix, agent=None):
+    """``it_retries``' four steps, their marker tags prefixed with ``prefix`` so that two of these
+    executions may run at once, on ``agent`` (None: the managers' queue). Run it with
+    continue_while_possible."""
+    g = ctx.graph()
+    g.add("flaky", flaky, f"{prefix}flaky", failures=2, agent=agent)
+    g.add("nonrecoverable", nonrecoverable, f"{prefix}nonrecoverable", agent=agent)
+    g.add("retry_for", value_error_retried, f"{prefix}retry_for", agent=agent)
+    g.add("plain", value_error_plain, f"{prefix}plain", agent=agent)
+    return g.run()

@@ -1,8 +1,9 @@
-"""Flower names Switchyard's operations: a real manager, agent and ``manage.py
-run_flower`` on the test's broker; a workflow of three named steps runs, and everything this
-test knows about its messages it learns from Flower's HTTP API — the task list, the task-name
-filter, the search and a task's page — never from the messages themselves. Flower asks for the
-login ``run_flower`` was given."""
+"""Flower names Switchyard's operations and tells their attempts apart: a real manager, agent and
+``manage.py run_flower`` on the test's broker; a workflow of three named steps runs, and one whose
+steps fail, are retried and succeed runs on the agent and on the manager, and everything this test knows about their messages it
+learns from Flower's HTTP API — the task list, the task-name filter, the search, a task's page and
+the workers' counts — never from the messages themselves. Flower asks for the login
+``run_flower`` was given."""
 
 import base64
 
@@ -18,6 +19,7 @@ from workflows_app import services
 from workflows_app.dispatch import ADVANCE_TASK
 from workflows_app.models import Operation
 from workflows_app.models.operation import task_id_for
+from workflows_app.states import FailureMode
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +83,7 @@ class Flower:
                             lambda: self.process.log_tail(60))
 
 
-def test_flower_lists_each_step_under_its_workflow_step_and_operation(stack, tmp_path):
+def test_flower_names_each_step_and_tells_failed_retried_and_succeeded_attempts_apart(stack, tmp_path):
     stack.start_manager()
     agent = stack.agent_name("host-1")
     stack.start_agent(agent)
@@ -96,6 +98,11 @@ def test_flower_lists_each_step_under_its_workflow_step_and_operation(stack, tmp
     assert flower.status("/healthcheck") == 200
 
     execution = services.start(WORKFLOW, {"n": len(STEPS), "agents": [agent]})
+    # Beside it, one step per retry rule (tests.workflows), on the agent and on the manager (a
+    # step with no agent): none of their failures stops the others.
+    outcomes = {where: services.start("it_outcomes", {"prefix": f"{where}-", "agent": queue},
+                                      failure_mode=FailureMode.CONTINUE_WHILE_POSSIBLE.value)
+                for where, queue in (("agent", agent), ("manager", None))}
     stack.wait_for_status(execution.pk, "completed", timeout=TIMEOUT)
     ops = {op.name: op for op in Operation.objects.filter(execution_id=execution.pk)}
     assert sorted(ops) == STEPS
@@ -137,3 +144,47 @@ def test_flower_lists_each_step_under_its_workflow_step_and_operation(stack, tmp
     # A task's own page says the same.
     page = flower.get(f"/api/task/info/{ids['c00']}")
     assert page["name"] == expected["c00"] and str(execution.pk) in page["args"]
+
+    # Each attempt is a task of its own, in the state of what the attempt did: RETRY when the
+    # engine sent another attempt, FAILURE when the operation failed for good (retries exhausted
+    # too), SUCCESS when it succeeded. A manager's pool ends them as an agent's does.
+    expected_states = {
+        "flaky": ["RETRY", "RETRY", "SUCCESS"],  # RecoverableError twice, then a result
+        "nonrecoverable": ["FAILURE"],  # NonRecoverableError: never retried
+        "retry_for": ["RETRY", "RETRY", "FAILURE"],  # a ValueError in retry_for, until max_retries=2 ran out
+        "plain": ["FAILURE"],  # a ValueError not in retry_for
+    }
+    for where, outcome in outcomes.items():
+        stack.wait_for_status(outcome.pk, "failed", timeout=TIMEOUT)
+        ops = {op.name: op for op in Operation.objects.filter(execution_id=outcome.pk)}
+        attempts = {task_id_for(ops[name].pk, n): state
+                    for name, states in expected_states.items() for n, state in enumerate(states, 1)}
+
+        def all_ended():
+            tasks = flower.tasks(search=f"kwargs:execution={outcome.pk}")
+            return tasks if all(tasks.get(i, {}).get("state") in ("SUCCESS", "FAILURE", "RETRY") for i in attempts) else None
+
+        tasks = stack.wait_for(all_ended, TIMEOUT, f"Flower to see every attempt on the {where} end",
+                               lambda: json.dumps(flower.tasks(search=f"kwargs:execution={outcome.pk}"), indent=1)[-4000:])
+        assert {i: tasks[i]["state"] for i in attempts} == attempts, where
+        # Only the engine's attempts: Celery sent no message of its own for a retry.
+        assert set(tasks) == set(attempts), json.dumps(tasks, indent=1)
+        assert len(stack.invocations(f"{where}-flaky")) == 3
+        worker = agent if where == "agent" else "manager-"
+        assert all(t["worker"].startswith(worker) for t in tasks.values()), (where, {t["worker"] for t in tasks.values()})
+        # A failure says what failed, on one line; so does a retried attempt.
+        assert tasks[task_id_for(ops["nonrecoverable"].pk, 1)]["exception"] == \
+            f"AttemptFailed('NonRecoverableError: {where}-nonrecoverable: never retried')"
+        assert tasks[task_id_for(ops["retry_for"].pk, 1)]["exception"] == \
+            f"AttemptFailed('ValueError: {where}-retry_for: retried, it is in retry_for')"
+
+    # The agent's counts, as Flower's dashboard shows them: three failed tasks, four retried.
+    def counts():
+        workers = (flower.get("/workers", json=1) or {}).get("data", [])
+        mine = [w for w in workers if w.get("hostname", "").startswith(f"{agent}@")]
+        return mine[0] if mine and mine[0].get("task-failed") == 3 else None
+
+    worker = stack.wait_for(counts, TIMEOUT, "Flower to count the agent's failed tasks",
+                            lambda: json.dumps((flower.get("/workers", json=1) or {}), indent=1)[-4000:])
+    assert (worker["task-failed"], worker["task-retried"]) == (3, 4)
+    assert worker["task-succeeded"] == len(STEPS) + 1
