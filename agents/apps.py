@@ -11,6 +11,7 @@ class AgentsConfig(AppConfig):
         # Imported here: models (and the modules that import them) only once the apps are loaded.
         from agents import signals
         from workflows_app.api import routes
+        from workflows_app.signals import execution_warnings
 
         # GET <prefix>/agents, served by workflows_app.api.urls (which never imports this app).
         routes.register(r"^agents/?$", "agents.api.AgentList", name="agents")
@@ -18,3 +19,5 @@ class AgentsConfig(AppConfig):
         # sends pre_delete for each row, as a model with a receiver is never deleted in bulk.
         pre_delete.connect(signals.lose_started_operations, sender=self.get_model("Agent"),
                            dispatch_uid="agents.lose_started_operations")
+        # The execution document's warnings (workflows_app.queries.warnings) of agents never seen.
+        execution_warnings.connect(signals.warn_of_unknown_agents, dispatch_uid="agents.warn_of_unknown_agents")

@@ -157,6 +157,12 @@ OPERATION_EVENT_BY_TARGET = {
 }
 
 
+class WarningCode(models.TextChoices):
+    """What a warning of an execution (``queries.warnings``) is about."""
+
+    UNKNOWN_AGENT = "unknown_agent"  # steps sent to an agent never seen, or offline
+
+
 class WaitKind(models.TextChoices):
     """What a stored wait (``workflows_app.models.Wait``) waits for."""
 

@@ -24,7 +24,7 @@ LAYERS = [
     ("broker", ["workflows_app.dispatch"]),
     ("engine", ["workflows_app.engine"]),
     ("services", ["workflows_app.services", "workflows_app.queries", "workflows_app.retention",
-                  "agents.intake", "agents.accounts"]),
+                  "agents.intake", "agents.accounts", "agents.warnings"]),
     ("worker runtime", ["agents.worker"]),
     ("entry points", ["workflows_app.api", "workflows_app.admin", "workflows_app.management", "workflows_app.tasks",
                       "workflows_app.checks", "workflows_app.environment", "workflows_app.apps", "workflows_app.sdk",

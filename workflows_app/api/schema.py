@@ -50,6 +50,7 @@ SPECTACULAR_SETTINGS = {
         "OperationStateEnum": "workflows_app.states.OperationState",
         "FailureModeEnum": "workflows_app.states.FailureMode",
         "EventTypeEnum": "workflows_app.states.EventType",
+        "WarningCodeEnum": "workflows_app.states.WarningCode",
     },
 }
 

@@ -32,7 +32,7 @@ from workflows_app.api.fields import (
 )
 from workflows_app import queries
 from workflows_app.models import Event, Execution, Operation
-from workflows_app.states import FailureMode, OperationState, StepKind
+from workflows_app.states import FailureMode, OperationState, StepKind, WarningCode
 
 #: The actions of ``POST /executions/{id}``.
 ACTIONS = ("cancel", "force-cancel", "kill", "resume", "force-resume")
@@ -114,15 +114,10 @@ OperationsSummarySerializer = type("OperationsSummarySerializer", (serializers.S
 })
 
 
-@extend_schema_field({"type": "string", "enum": [queries.UNKNOWN_AGENT]})
-class WarningCodeField(serializers.CharField):
-    """What a warning is about; the schema lists the codes (inline, not as a component of its own)."""
-
-
 class WarningSerializer(serializers.Serializer):
     """Something an operator should know of an execution that its status does not say."""
 
-    code = WarningCodeField(help_text=(
+    code = serializers.ChoiceField(choices=WarningCode.choices, help_text=(
         "unknown_agent: steps were sent to an agent that has never been seen, or that has been offline for "
         "longer than WORKFLOWS['AGENT_OFFLINE_AFTER_SECONDS']; they wait until an agent of that name comes"))
     step = serializers.CharField(help_text="the step it is about (of several waiting for one agent, the first by name)")
