@@ -92,8 +92,8 @@ def test_the_wheel_holds_every_file_of_both_apps(built, names):
                  "workflows_app/templates/admin/workflows_app/execution/change_list_object_tools.html",
                  "workflows_app/static/workflows_app/graph.js",
                  "workflows_app/static/workflows_app/admin.css",
-                 "workflows_app/static/workflows_app/vendor/dagre-*.min.js",
-                 "workflows_app/static/workflows_app/vendor/dagre-*.LICENSE",
+                 "workflows_app/static/workflows_app/vendor/elk-*.bundled.js",
+                 "workflows_app/static/workflows_app/vendor/elk-*.LICENSE",
                  "workflows_app/management/commands/*.py",
                  "agents/management/commands/run_agent.py"]:
         assert fnmatch.filter(expected, must), f"the source tree has no {must}"

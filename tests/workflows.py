@@ -711,6 +711,31 @@ def bad_value_workflow(ctx, where, kind, agent=None):
     ctx.set_payload({"went_on": True})
 
 
+# --- the execution page's picture: the order of imperative code ----------------------------
+
+@workflow(name="it_packs")
+def packs(ctx, agent, parallel=False, fail="", seconds=0.0):
+    """``fetch``, then three ``pack-*`` steps, then ``ship``, each with ``ctx.execute``: the packs
+    one after the other (each awaited before the next is asked for), or all three at once then
+    awaited together (``parallel``). The pack named ``fail`` fails for good; the workflow catches
+    its ``StepFailed`` and goes on. No step depends on another: only the code orders them."""
+    ctx.await_execute("fetch", step, "fetch", agent=agent)
+    names = ["pack-1", "pack-2", "pack-3"]
+
+    def pack(name):
+        return ctx.execute(name, step, name, sleep=seconds, fail="nonrecoverable" if name == fail else None, agent=agent)
+
+    handles = [pack(name) for name in names] if parallel else []
+    packed = []
+    for i, name in enumerate(names):
+        try:
+            packed.append((handles[i] if parallel else pack(name)).wait())
+        except StepFailed:
+            packed.append(None)
+    ctx.await_execute("ship", step, "ship", agent=agent)
+    ctx.set_payload({"packed": packed})
+
+
 # --- Flower's task states (tests/integration/test_flower.py) ---------------------------------
 
 @workflow(name="it_outcomes")

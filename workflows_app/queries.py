@@ -30,18 +30,23 @@ def operations_summaries(execution_ids) -> dict:
 
 
 def graph(execution_id) -> dict:
-    """The operations as a graph: nodes with their kind and state, and edges ``[from,
-    to]`` where ``to`` depends on ``from`` (two queries). A child execution's step is a node of
-    kind ``workflow`` with the child's id as ``child`` (a third query, when there is one)."""
-    nodes = list(Operation.objects.filter(execution_id=execution_id).values("name", "kind", "operation", "agent", "state"))
+    """The operations as a graph: nodes with their kind and state, ``edges`` ``[from, to]``
+    where ``to`` depends on ``from``, and ``order`` ``[from, to]`` where the workflow code asked
+    for ``to`` after it had awaited ``from`` (the order of imperative code: ``to`` does not wait
+    for it) — two queries. A child execution's step is a node of kind ``workflow`` with the
+    child's id as ``child`` (a third query, when there is one)."""
+    nodes = list(Operation.objects.filter(execution_id=execution_id)
+                 .values("name", "kind", "operation", "agent", "state", "after"))
     edges = (OperationDependency.objects.filter(operation__execution_id=execution_id).order_by("id")
              .values_list("depends_on__name", "operation__name"))
     started = {}
     if any(node["kind"] == StepKind.WORKFLOW for node in nodes):
         started = dict(Execution.objects.filter(parent_id=execution_id).values_list("parent_step", "pk"))
+    order = []
     for node in nodes:
         node["child"] = started.get(node["name"]) if node["kind"] == StepKind.WORKFLOW else None
-    return {"nodes": nodes, "edges": [list(edge) for edge in edges]}
+        order.extend([before, node["name"]] for before in node.pop("after") or ())
+    return {"nodes": nodes, "edges": [list(edge) for edge in edges], "order": order}
 
 
 def by_operation_and_state(execution_id) -> list[dict]:

@@ -80,4 +80,4 @@ def test_the_graph_has_a_node_per_operation_and_an_edge_per_dependency(api, diam
 
 
 def test_the_graph_of_an_execution_without_operations_is_empty(api, make_execution):
-    assert api.get(f"{API}/executions/{make_execution().pk}/graph").json() == {"nodes": [], "edges": []}
+    assert api.get(f"{API}/executions/{make_execution().pk}/graph").json() == {"nodes": [], "edges": [], "order": []}

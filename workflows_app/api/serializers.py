@@ -197,13 +197,19 @@ class GraphNodeSerializer(serializers.Serializer):
 
 
 class GraphSerializer(serializers.Serializer):
-    """The execution's operations and their dependencies: ``[from, to]`` means ``to`` waits for
-    ``from``."""
+    """The execution's operations, their dependencies (``edges``: ``[from, to]`` means ``to``
+    waits for ``from``) and the order of the code (``order``: ``to`` was asked for after
+    ``from`` was awaited)."""
 
     nodes = GraphNodeSerializer(many=True)
     edges = serializers.ListField(child=serializers.ListField(child=serializers.CharField(), min_length=2,
                                                               max_length=2),
                                   help_text="[from, to]: the step `to` depends on the step `from`")
+    order = serializers.ListField(child=serializers.ListField(child=serializers.CharField(), min_length=2,
+                                                              max_length=2),
+                                  help_text="[from, to]: the workflow code asked for the step `to` after it had "
+                                            "awaited the step `from` (the order of imperative code; `to` does not "
+                                            "wait for `from`)")
 
 
 class EventSerializer(APIModelSerializer):

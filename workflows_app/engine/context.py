@@ -10,7 +10,10 @@ dispatcher commits what was stored, and the function holds no thread or process 
 completion wakes the execution again.
 
 The context also notes which failed steps the code was shown (a wait raised ``StepFailed``):
-the dispatcher counts those as handled when the code goes on.
+the dispatcher counts those as handled when the code goes on. And it follows the order of the
+code: the steps awaited last (those no later awaited step came after) are stored as the
+``after`` of the next steps it asks for — arrows of the picture, never dependencies: a step
+asked for after a failure the code caught runs all the same.
 """
 
 from dataclasses import replace
@@ -77,6 +80,10 @@ class WorkflowContext:
         self._payload_changed = False
         self._wait_calls = {}  # prefix -> how many waits of that prefix this replay reached
         self._seen = set()  # the failed steps this replay showed the code
+        # The steps the code awaited last, in order (a dict as an ordered set), and what each
+        # step asked for in this replay depends on: a replay asks for every step again, in the
+        # same order, so both come out the same and a step's ``after`` never changes.
+        self._last_awaited, self._needs = {}, {}
         # The determinism guard's finding: it fails the execution even if the code caught it.
         self._nondeterminism = None
         # A live run (``engine.live.Run``) this context belongs to, and whether its pass is on:
@@ -279,9 +286,10 @@ class WorkflowContext:
         """Store the nodes not stored yet and send those that may start (``steps.store``); a new
         node that depends on a step which failed or was cancelled can never start: cancelled."""
         self._check_in_pass()
+        self._needs.update((node.name, node.depends_on) for node in nodes)
         try:
             rows = steps.store(self._execution, self._operations, nodes, awaited=awaited,
-                               failed=bool(self._unhandled_failures()))
+                               failed=bool(self._unhandled_failures()), after=tuple(self._last_awaited))
         except NonDeterministicWorkflow as exc:
             self._nondeterminism = exc
             raise
@@ -300,6 +308,7 @@ class WorkflowContext:
         while True:
             operations = [self._operations[name] for name in names]
             if all(op.state == OperationState.SUCCEEDED for op in operations):
+                self._awaited(names)
                 return
             if not any(not op.is_terminal for op in operations):
                 raise self._step_failed([op for op in operations if op.state in ENDED_BADLY])
@@ -313,10 +322,22 @@ class WorkflowContext:
             if cause:
                 self._seen.add(cause)
 
+    def _awaited(self, names):
+        """The code has these steps' outcomes and goes on: they are the steps awaited last, in
+        the place of those they follow (``after`` or dependencies, among themselves too)."""
+        followed = set()
+        for name in names:
+            followed.update(self._operations[name].after or ())
+            followed.update(self._needs.get(name, ()))
+        for name in followed:
+            self._last_awaited.pop(name, None)
+        self._last_awaited.update((name, None) for name in names if name not in followed)
+
     def _step_failed(self, operations):
         """The ``StepFailed`` a wait raises over ``operations`` (those of it that ended without
         succeeding): for the first that failed — the cause — else the first cancelled."""
         self._saw(operations)
+        self._awaited([op.name for op in operations])
         failed = [op for op in operations if op.state == OperationState.FAILED]
         first = failures.earliest(failed) if failed else operations[0]
         error = first.error or {"type": "Cancelled", "message": first.state}

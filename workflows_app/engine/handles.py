@@ -53,6 +53,7 @@ class StepHandle(_Handle):
         while True:
             operation = self._operation
             if operation.state == OperationState.SUCCEEDED:
+                self._ctx._awaited([self.name])
                 return operation.result
             if operation.state in ENDED_BADLY:
                 raise self._ctx._step_failed([operation])
@@ -134,6 +135,11 @@ def _failed_steps(handles):
     return [h._operation for h in handles if isinstance(h, StepHandle) and h.state in ENDED_BADLY]
 
 
+def _ended_steps(handles):
+    """The names of the steps among ``handles`` that have ended (what the code now knows of)."""
+    return [h.name for h in handles if isinstance(h, StepHandle) and h.done]
+
+
 class AllOf:
     """``ctx.all_of(*handles)``: ``wait()`` is the list of their results; a failure anywhere
     fails the whole at once, before the rest has ended."""
@@ -170,6 +176,7 @@ class AnyOf:
                 break
             self._ctx._suspend("any_of", self.handles)
         self._ctx._saw(_failed_steps(self.handles))  # "any" accepts the others' failures
+        self._ctx._awaited(_ended_steps(self.handles))
         return (winner or self.handles[0]).wait()  # none succeeded: the first one's failure
 
     result = wait
@@ -195,6 +202,7 @@ class NoneOf:
                 break
             self._ctx._suspend("none_of", self.handles)
         self._ctx._saw(_failed_steps(self.handles))
+        self._ctx._awaited(_ended_steps(self.handles))
         return not succeeded
 
     result = wait

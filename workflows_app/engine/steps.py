@@ -51,11 +51,15 @@ def _load_sql():
 
 # --- storing ------------------------------------------------------------------------------
 
-def store(execution, known, nodes, *, awaited, failed=None):
+def store(execution, known, nodes, *, awaited, failed=None, after=()):
     """Store those of ``nodes`` (``graph.NodeSpec``) that ``known`` (name -> stored operation,
     updated in place) does not hold yet — a graph whole, before anything of it is sent — then
     send those whose dependencies have all succeeded (``failed``: as for
     ``policy.allows_new_calls``). Returns the new rows.
+
+    ``after``: the steps the workflow code awaited last, stored as the ``after`` of each new node
+    that depends on no other new node (those that do follow them through it) and not as one of its
+    dependencies: an order to draw, in the same INSERT, that nothing waits on.
 
     A node whose name is stored already must ask for the same operation and arguments: a replay
     that asks for another call under a stored name raises ``NonDeterministicWorkflow`` rather
@@ -77,6 +81,7 @@ def store(execution, known, nodes, *, awaited, failed=None):
         values.check(list(node.args), f"step '{node.name}' args")
         values.check(node.kwargs, f"step '{node.name}' kwargs")
     settings = workflows_settings
+    inside = {node.name for node in new}
     rows = []
     for node in new:
         unfinished = sum(1 for dep in node.depends_on
@@ -84,7 +89,8 @@ def store(execution, known, nodes, *, awaited, failed=None):
         row = Operation(execution=execution, name=node.name, kind=node.kind, operation=node.operation,
                         args=list(node.args), kwargs=dict(node.kwargs), awaited=awaited,
                         input=node.input.to_json() if node.input is not None else None,
-                        pending_dependencies=unfinished)
+                        pending_dependencies=unfinished,
+                        after=[] if inside.intersection(node.depends_on) else [a for a in after if a not in node.depends_on])
         if node.kind == StepKind.WORKFLOW:
             # Run by no agent and never retried: its child has steps (and retries) of its own.
             row.agent, row.max_retries = "", 0

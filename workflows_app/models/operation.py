@@ -61,6 +61,10 @@ class Operation(models.Model):
     # Whether the workflow function waits on this step by itself (ctx.execute); graph and canvas
     # steps wake it only when their graph can make no more progress.
     awaited = models.BooleanField(default=True)
+    # The steps the workflow code had awaited last when it asked for this one (names): the order
+    # of imperative code, drawn as arrows. Never a dependency: nothing counts, blocks on or
+    # resumes by it (OperationDependency is what a step waits for).
+    after = models.JSONField(default=list, blank=True, editable=False)
     # A failure the workflow code was shown (a wait raised StepFailed for it) and went on past:
     # it no longer stops new calls in no_new_calls / fail_fast. Stays failed.
     failure_handled = models.BooleanField(default=False)
