@@ -13,10 +13,11 @@ from workflows_app.admin import display
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["name", "status_badge", "heartbeat", "hostname", "running_operations", "concurrency", "flower"]
+    list_display = ["name", "status_badge", "heartbeat", "hostname", "running_operations", "concurrency", "started",
+                    "flower"]
     search_fields = ["name", "hostname"]
     readonly_fields = ["name", "status_badge", "heartbeat", "hostname", "running_operations", "flower", "incarnation",
-                       "pid", "concurrency", "started_at", "last_heartbeat"]
+                       "pid", "concurrency", "started", "last_heartbeat_at"]
     fields = readonly_fields
 
     class Media:
@@ -31,7 +32,16 @@ class AgentAdmin(admin.ModelAdmin):
 
     @admin.display(description="last heartbeat", ordering="last_heartbeat")
     def heartbeat(self, agent):
-        return display.age(agent.last_heartbeat)
+        return format_html('<span title="{}">{}</span>', display.moment(agent.last_heartbeat),
+                           display.age(agent.last_heartbeat))
+
+    @admin.display(description="started at", ordering="started_at")
+    def started(self, agent):
+        return display.moment(agent.started_at)
+
+    @admin.display(description="last heartbeat at")
+    def last_heartbeat_at(self, agent):
+        return display.moment(agent.last_heartbeat)
 
     @admin.display(description="running", ordering="running")
     def running_operations(self, agent):

@@ -113,8 +113,48 @@ def test_the_list_shows_coloured_status_duration_counts_newest_first(admin_clien
     assert '<span class="sy-badge sy-completed">completed</span>' in body
     assert '<span class="sy-badge sy-failed">failed</span>' in body
     assert "1m 15s" in body
-    assert re.search(r'sy-count sy-succeeded"[^>]*>2 succeeded', body) and re.search(r'sy-failed"[^>]*>1 failed', body)
+    assert re.search(r'sy-count sy-succeeded"[^>]*>2 succeeded', body)
     assert "dep-old" in body
+
+
+def test_a_completed_executions_failed_steps_are_shown_handled_a_failed_ones_red(admin_client, make_execution,
+                                                                                 make_operation):
+    completed = make_execution(status=ExecutionStatus.COMPLETED)
+    failed = make_execution(status=ExecutionStatus.FAILED)
+    for execution in (completed, failed):
+        make_operation(OperationState.FAILED, execution)
+    body = admin_client.get(LIST).content.decode()
+    assert body.count('<span class="sy-count sy-failed sy-handled" title="failed, and handled by the workflow">'
+                      '1 failed (handled)</span>') == 1
+    assert body.count('<span class="sy-count sy-failed" title="failed">1 failed</span>') == 1
+
+
+def test_the_lists_write_dates_to_the_second(admin_client, make_execution, make_operation):
+    """As the execution's page does: ``2026-11-26 21:00:49``, not Django's ``Nov. 26, 2026, 9 p.m.``."""
+    at = timezone.make_aware(timezone.datetime(2026, 11, 26, 21, 0, 49))
+    execution = make_execution(started_at=at)
+    Execution.objects.filter(pk=execution.pk).update(created_at=at)
+    operation = make_operation(OperationState.STARTED, execution, started_at=at, attempt=1)
+    event = Event.objects.create(execution=execution, type="log", message="m")
+    Event.objects.filter(pk=event.pk).update(timestamp=at)
+    Agent.objects.create(name="host-1", hostname="box", started_at=at, last_heartbeat=at)
+    for url in [LIST, reverse("admin:workflows_app_event_changelist"), reverse("admin:workflows_app_operation_changelist"),
+                reverse("admin:agents_agent_changelist"),
+                reverse("admin:workflows_app_operation_change", args=[operation.pk]),
+                reverse("admin:workflows_app_event_change", args=[event.pk])]:
+        body = admin_client.get(url).content.decode()
+        assert "2026-11-26 21:00:49" in body, url
+        assert not re.search(r"(a|p)\.m\.", body), url
+
+
+def test_durations_under_a_second_are_not_0s(admin_client, make_execution, make_operation):
+    start = timezone.now() - timezone.timedelta(seconds=5)
+    execution = make_execution(status=ExecutionStatus.COMPLETED, started_at=start,
+                               ended_at=start + timezone.timedelta(seconds=0.42))
+    make_operation(OperationState.SUCCEEDED, execution, attempt=1, started_at=start,
+                   succeeded_at=start + timezone.timedelta(seconds=0.07))
+    assert "<td>0.07s</td>" in admin_client.get(page_url(execution)).content.decode()
+    assert '<td class="field-duration">0.42s</td>' in admin_client.get(LIST).content.decode()
 
 
 def test_the_list_filters_and_searches(admin_client, make_execution):
@@ -156,6 +196,46 @@ def test_the_page_shows_summary_operations_events_payload_and_error(admin_client
     assert events.status_code == 200 and "hello from the log" in events.content.decode()
 
 
+def test_the_page_warns_of_steps_waiting_for_an_agent_never_seen(admin_client, make_execution, make_operation):
+    execution = make_execution()
+    make_operation(OperationState.SENT, execution, name="x", agent="nowhere", attempt=1)
+    make_operation(OperationState.SENT, execution, name="y", agent="here", attempt=1)
+    Agent.objects.create(name="here", hostname="box", last_heartbeat=timezone.now())
+    body = admin_client.get(page_url(execution)).content.decode()
+    box = re.search(r'<div id="sy-warnings" data-sy-live>(.*?)</div>', body, re.S).group(1)
+    assert 'class="sy-warnings"' in box
+    assert re.findall(r"<li[^>]*>(.*?)</li>", box) == [
+        "step &#x27;x&#x27; waits for agent &#x27;nowhere&#x27;, which has never been seen"]
+    Operation.objects.filter(name="x").update(state=OperationState.SUCCEEDED)
+    body = admin_client.get(page_url(execution)).content.decode()
+    assert '<div id="sy-warnings" data-sy-live></div>' in body, "no box once nothing waits"
+
+
+def test_the_page_marks_what_follows_the_execution_for_its_live_script(admin_client, running):
+    """live.js replaces each part marked data-sy-live by the same part of the page fetched again;
+    the picture is not one of them (its own script keeps it)."""
+    body = admin_client.get(page_url(running) + "?state=pending").content.decode()
+    live = re.findall(r'id="([a-z-]+)" data-sy-live', body)
+    assert live == ["sy-summary", "sy-actions", "sy-warnings", "sy-error-block", "sy-children-block",
+                    "sy-operations-block", "sy-events-block", "sy-payload"]
+    assert "workflows_app/live.js" in body and f'data-execution="{running.pk}"' in body
+    assert 'data-status="started" data-active="true"' in body
+    assert "As the page was loaded" not in body
+    Operation.objects.filter(execution=running, state=OperationState.PENDING).update(state=OperationState.STARTED)
+    body = admin_client.get(page_url(running) + "?state=pending").content.decode()
+    assert 'class="selected">pending 0</a>' in body, "the filter shown stays, at 0"
+
+
+def test_a_cancelled_steps_error_reads_as_one_sentence(admin_client, make_execution, make_operation):
+    execution = make_execution(status=ExecutionStatus.CANCELLED)
+    make_operation(OperationState.CANCELLED, execution, error={
+        "type": "Cancelled", "message": "cancelled: the execution is cancelling", "traceback": ""})
+    make_operation(OperationState.FAILED, execution, error={"type": "ValueError", "message": "boom"})
+    body = admin_client.get(page_url(execution)).content.decode()
+    cells = re.findall(r'<td class="sy-error-cell">(.*?)</td>', body)
+    assert cells == ["Cancelled: the execution is cancelling", "ValueError: boom"]
+
+
 def test_the_page_of_10000_operations_runs_as_many_queries_as_one_of_10_and_pages_them(admin_client, make_execution):
     small = make_chain(make_execution, 10)
     big = make_chain(make_execution, 10_000, states=[OperationState.SUCCEEDED] * 9_000 + [OperationState.PENDING] * 1_000)
@@ -178,7 +258,7 @@ def test_the_graph_json_has_every_box_and_arrow_and_a_big_graph_is_not_drawn(adm
     execution = make_chain(make_execution, 3, states=[OperationState.SUCCEEDED, OperationState.STARTED,
                                                       OperationState.PENDING])
     page = admin_client.get(page_url(execution)).content.decode()
-    assert 'id="sy-graph"' in page and "dagre-3.1.3.min.js" in page and "graph.js" in page
+    assert 'id="sy-graph"' in page and "elk-0.12.0.bundled.js" in page and "graph.js" in page
     assert "//" not in re.sub(r"https?://(127\.0\.0\.1|localhost|testserver)", "", " ".join(
         re.findall(r'(?:src|href)="([^"]+)"', page))).replace("://", ""), "nothing loaded from another server"
     data = admin_client.get(graph_url(execution)).json()
@@ -233,6 +313,9 @@ def test_cancel_calls_the_service_and_says_what_happened(operator, running):
     running.refresh_from_db()
     assert running.status == ExecutionStatus.CANCELLING
     assert messages_of(response) == [f"cancel: execution {running.pk} is now cancelling"]
+    # live.js rewrites the end of a message tagged with the status it names, once that has moved on.
+    assert [m.extra_tags for m in response.context["messages"]] == ["sy-said sy-said-cancelling"]
+    assert '<li class="sy-said sy-said-cancelling success">Cancel: execution' in response.content.decode()
     assert Event.objects.filter(execution=running, type="workflow_cancelling").exists()
 
 
@@ -270,6 +353,9 @@ def test_force_actions_need_the_permission(operator, running):
 def test_kill_asks_for_confirmation_then_kills(forcer, running, outbox):
     confirm = forcer.post(act_url(running), {"action": "kill"})
     assert confirm.status_code == 200 and b"Are you sure" in confirm.content and b'value="Yes, kill"' in confirm.content
+    # Red as the button that led here (admin.css colours sy-confirm-kill as sy-action-kill).
+    assert b'class="button sy-confirm sy-confirm-kill"' in confirm.content
+    assert b"workflows_app/admin.css" in confirm.content
     running.refresh_from_db()
     assert running.status == ExecutionStatus.STARTED, "nothing happens before the confirmation"
     response = forcer.post(act_url(running), {"action": "kill", "confirmed": "yes"}, follow=True)
@@ -359,6 +445,8 @@ def test_the_start_form_lists_the_workflows_and_starts_through_the_service(opera
     assert execution.is_dry_run and execution.created_by == "operator" and execution.status == ExecutionStatus.PENDING
     assert response.redirect_chain[-1][0] == page_url(execution)
     assert Event.objects.filter(execution=execution, message="created: demo").exists()
+    assert [(str(m), m.extra_tags) for m in response.context["messages"]] == [
+        (f"started demo: execution {execution.pk} is pending", "sy-said sy-said-pending")]
 
 
 def test_the_start_form_checks_as_the_api_does_and_starts_nothing_on_bad_input(operator):

@@ -4,7 +4,8 @@ pages and lists share."""
 import json
 from urllib.parse import quote
 
-from django.utils import timezone
+from django.urls import reverse
+from django.utils import dateformat, timezone
 from django.utils.html import format_html
 
 from workflows_app.conf import workflows_settings
@@ -15,22 +16,36 @@ def badge(value):
     return format_html('<span class="sy-badge sy-{}">{}</span>', value, value)
 
 
+#: How every page and list of the admin writes a moment (the detail page's templates use the same).
+MOMENT_FORMAT = "Y-m-d H:i:s"
+
+
+def moment(value):
+    """A date and time to the second, in the current time zone, as ``2026-11-26 21:00:49``; "—" for none."""
+    if value is None:
+        return "—"
+    return dateformat.format(timezone.localtime(value) if timezone.is_aware(value) else value, MOMENT_FORMAT)
+
+
 def duration(started_at, ended_at):
-    """How long it ran (until now while it runs), as ``1h 02m 03s``; "" if it never started."""
+    """How long it ran (until now while it runs), as ``1h 02m 03s``, or ``0.42s`` under a second;
+    "" if it never started."""
     if started_at is None:
         return ""
     return human_seconds(((ended_at or timezone.now()) - started_at).total_seconds())
 
 
-def age(moment):
-    """How long ago ``moment`` was, as ``3s ago``; "never" for none."""
-    if moment is None:
+def age(when):
+    """How long ago ``when`` was, as ``3s ago``; "never" for none."""
+    if when is None:
         return "never"
-    return f"{human_seconds((timezone.now() - moment).total_seconds())} ago"
+    return f"{human_seconds((timezone.now() - when).total_seconds())} ago"
 
 
 def human_seconds(seconds):
-    seconds = max(0, int(round(seconds)))
+    if seconds < 0.995:  # whole seconds would say 0s
+        return "<0.01s" if 0 < seconds < 0.005 else f"{max(0.0, seconds):.2f}s"
+    seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
     if hours:
@@ -38,6 +53,25 @@ def human_seconds(seconds):
     if minutes:
         return f"{minutes}m {seconds:02d}s"
     return f"{seconds}s"
+
+
+def execution_link(execution):
+    """An execution as the lists of its records name it: workflow and short id, linked to its page."""
+    if execution is None:
+        return "—"
+    return format_html('<a href="{}">{} {}</a>', reverse("admin:workflows_app_execution_change", args=[execution.pk]),
+                       execution.workflow_id, str(execution.pk)[:8])
+
+
+def error_line(error):
+    """An operation's error on one line, ``Type: message``; the type only once when the message
+    already starts with it (``Cancelled: the execution is cancelling``)."""
+    if not error:
+        return ""
+    kind, message = str(error.get("type") or ""), str(error.get("message") or "")
+    if not kind or message.lower().startswith(kind.lower() + ":"):
+        return message[:1].upper() + message[1:]
+    return f"{kind}: {message}" if message else kind
 
 
 def pretty_json(value):

@@ -26,7 +26,7 @@ from django.utils.html import format_html, format_html_join
 from kombu.exceptions import OperationalError as BrokerError
 
 from workflows_app import permissions, queries, retention, services
-from workflows_app.admin import display
+from workflows_app.admin import display, picture
 from workflows_app.admin.forms import StartExecutionForm
 from workflows_app.errors import (
     ExistingRunningExecution,
@@ -37,11 +37,15 @@ from workflows_app.errors import (
 )
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import workflows
-from workflows_app.states import OperationState
+from workflows_app.states import ExecutionStatus, OperationState
 
-#: An execution with more operations than this is summarised (per operation and state), not drawn.
-GRAPH_DRAW_LIMIT = 300
+#: A graph of more boxes than this (a group of sibling steps counts as one) is summarised (per
+#: operation and state), not drawn.
+GRAPH_DRAW_LIMIT = picture.DRAW_LIMIT
 OPERATIONS_PER_PAGE = 50
+#: Reads of an execution's page of operations and of its counts, until the counts held still between
+#: them (a busy execution's last read is shown as it is).
+CONSISTENT_READS = 3
 LATEST_EVENTS = 20
 #: Stands for an execution's id in the change page's URL the graph's script fills in.
 CHANGE_URL_ID = "00000000-0000-0000-0000-000000000000"
@@ -82,7 +86,15 @@ def take_action(modeladmin, request, action, execution_ids):
             modeladmin.message_user(request, f"{action} of {pk} failed: the database refused it ({exc})", messages.ERROR)
         else:  # re-read: the service may have carried the action on to its end meanwhile
             status = Execution.objects.filter(pk=pk).values_list("status", flat=True).first() or execution.status
-            modeladmin.message_user(request, f"{action}: execution {pk} is now {status}", messages.SUCCESS)
+            modeladmin.message_user(request, f"{action}: execution {pk} is now {status}", messages.SUCCESS,
+                                    extra_tags=said_tags(status))
+
+
+def said_tags(status):
+    """The tags of a message that ends with the execution's status: the page's live script (live.js)
+    rewrites its end once the status has moved on, so that it never says "is pending" beside a
+    page that shows "completed"."""
+    return f"sy-said sy-said-{status}"
 
 
 def _bulk_action(action):
@@ -161,7 +173,7 @@ class ExecutionChangeList(ChangeList):
 
 @admin.register(Execution)
 class ExecutionAdmin(admin.ModelAdmin):
-    list_display = ["short_id", "status_badge", "workflow_id", "deployment_id", "created_at", "duration",
+    list_display = ["short_id", "status_badge", "workflow_id", "deployment_id", "created", "duration",
                     "operations"]
     list_display_links = ["short_id"]
     list_filter = ["status", WorkflowFilter, "created_at"]
@@ -196,15 +208,26 @@ class ExecutionAdmin(admin.ModelAdmin):
     def status_badge(self, execution):
         return display.badge(execution.status)
 
+    @admin.display(description="created", ordering="created_at")
+    def created(self, execution):
+        return display.moment(execution.created_at)
+
     @admin.display(description="duration")
     def duration(self, execution):
         return display.duration(execution.started_at, execution.ended_at)
 
     @admin.display(description="operations")
     def operations(self, execution):
-        counts = [(state, count) for state, count in execution.operations_summary.items() if count]
-        return format_html_join(" ", '<span class="sy-count sy-{}" title="{}">{} {}</span>',
-                                ((state, state, count, state) for state, count in counts)) or "—"
+        # A completed execution's failed steps were handled by the workflow (it caught them, or
+        # they were optional): counted, not shown as a failure.
+        handled = execution.status == ExecutionStatus.COMPLETED
+        badges = []
+        for state, count in execution.operations_summary.items():
+            if count and handled and state == OperationState.FAILED:
+                badges.append(("failed sy-handled", "failed, and handled by the workflow", count, "failed (handled)"))
+            elif count:
+                badges.append((state, state, count, state))
+        return format_html_join(" ", '<span class="sy-count sy-{}" title="{}">{} {}</span>', badges) or "—"
 
     # --- permissions: read-only records, deleted only once ended -------------------------------
 
@@ -289,16 +312,13 @@ class ExecutionAdmin(admin.ModelAdmin):
             return refused
         summary = queries.operations_summary(execution.pk)
         total = sum(summary.values())
+        # Past GRAPH_DRAW_LIMIT operations, whether the boxes (fan-outs grouped) are few enough to
+        # draw is read (two queries) up to picture.READ_LIMIT operations.
+        drawn = total <= GRAPH_DRAW_LIMIT or picture.of(execution.pk, total) is not None
         state = request.GET.get("state")
         state = state if state in OperationState.values else None
-        operations = Operation.objects.filter(execution_id=execution.pk).order_by("pending_at", "id")
-        if state:
-            operations = operations.filter(state=state)
-        paginator = Paginator(operations.only(
-            "id", "execution_id", "name", "operation", "agent", "state", "attempt", "current_retries", "error",
-            "started_at", "succeeded_at", "failed_at", "cancelled_at"), OPERATIONS_PER_PAGE)
-        paginator.count = summary[state] if state else total  # known already: no COUNT query
-        page = paginator.get_page(request.GET.get("page"))
+        summary, page = self._operations_page(execution.pk, summary, state, request.GET.get("page"))
+        total = sum(summary.values())
         events = list(Event.objects.filter(execution_id=execution.pk).order_by("-id")[:LATEST_EVENTS])
         children = list(self.get_queryset(request).filter(parent_id=execution.pk).order_by("created_at")
                         .only("id", "workflow_id", "status", "parent_step")[:CHILDREN_SHOWN + 1])
@@ -317,6 +337,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             "operations": [self._operation_row(operation) for operation in page.object_list],
             "events": events,
             "parent": execution.parent if execution.parent_id else None,
+            "warnings": queries.warnings(execution.pk),
             "children": [{"execution": child, "badge": display.badge(child.status)} for child in children[:CHILDREN_SHOWN]],
             "more_children_url": (reverse("admin:workflows_app_execution_changelist") + f"?parent__id__exact={execution.pk}"
                                   if len(children) > CHILDREN_SHOWN else None),
@@ -325,9 +346,9 @@ class ExecutionAdmin(admin.ModelAdmin):
             "parameters": display.pretty_json(execution.parameters),
             "payload": display.pretty_json(execution.payload),
             # An active execution's picture is drawn (and refreshed) before its first operation.
-            "draw_graph": total <= GRAPH_DRAW_LIMIT and (total > 0 or not execution.is_terminal),
+            "draw_graph": drawn and (total > 0 or not execution.is_terminal),
             "graph_limit": GRAPH_DRAW_LIMIT,
-            "by_operation": queries.by_operation_and_state(execution.pk) if total > GRAPH_DRAW_LIMIT else None,
+            "by_operation": None if drawn else queries.by_operation_and_state(execution.pk),
             "states": OperationState.values,
             "graph_url": reverse("admin:workflows_app_execution_graph", args=[execution.pk]),
             "act_url": reverse("admin:workflows_app_execution_act", args=[execution.pk]),
@@ -343,27 +364,48 @@ class ExecutionAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/workflows_app/execution/detail.html", context)
 
+    def _operations_page(self, execution_id, summary, state, number):
+        """A page of the execution's operations (those in ``state``) and the counts per state
+        they agree with. The counts, read before the rows, are read again after them until they
+        did not move in between: else a step that ended between the two reads would show
+        "started 1" above rows all succeeded. Nearly always one query more than the rows."""
+        operations = Operation.objects.filter(execution_id=execution_id).order_by("pending_at", "id")
+        if state:
+            operations = operations.filter(state=state)
+        operations = operations.only("id", "execution_id", "name", "operation", "agent", "state", "attempt",
+                                     "current_retries", "error", "started_at", "succeeded_at", "failed_at",
+                                     "cancelled_at")
+        for _ in range(CONSISTENT_READS):
+            paginator = Paginator(operations, OPERATIONS_PER_PAGE)
+            paginator.count = summary[state] if state else sum(summary.values())  # known already: no COUNT query
+            page = paginator.get_page(number)
+            page.object_list = list(page.object_list)
+            again = queries.operations_summary(execution_id)
+            if again == summary:
+                break
+            summary = again
+        return summary, page
+
     def _operation_row(self, operation):
         ended = operation.succeeded_at or operation.failed_at or operation.cancelled_at
-        error = operation.error or {}
         return {
             "operation": operation,
             "badge": display.badge(operation.state),
             "duration": display.duration(operation.started_at, ended if operation.is_terminal else None),
-            "error": f"{error.get('type', '')}: {error.get('message', '')}" if error else "",
+            "error": display.error_line(operation.error),
             "flower": display.flower_task_url(operation.task_id) if operation.attempt else None,
             "url": reverse("admin:workflows_app_operation_change", args=[operation.pk]),
         }
 
     def graph_view(self, request, object_id):
-        """The graph as JSON for the page's picture, with the execution's status (the page reloads
-        when it changes, and stops refreshing once it has ended)."""
+        """The graph as JSON for the page's picture (``picture.of``: with its groups of siblings),
+        with the execution's status (the picture stops refreshing once it has ended)."""
         execution = self.get_object(request, object_id)
         if execution is None or not self.has_view_permission(request, execution):
             return JsonResponse({"error_code": "not_found", "message": f"no execution {object_id!r}"}, status=404)
-        total = Operation.objects.filter(execution_id=execution.pk).count()
-        data = {"status": execution.status, "active": not execution.is_terminal, "too_large": total > GRAPH_DRAW_LIMIT}
-        data.update({"nodes": [], "edges": []} if data["too_large"] else queries.graph(execution.pk))
+        graph = picture.of(execution.pk)
+        data = {"status": execution.status, "active": not execution.is_terminal, "too_large": graph is None}
+        data.update(graph or {"nodes": [], "edges": [], "order": [], "groups": []})
         return JsonResponse(data)
 
     def act_view(self, request, object_id):
@@ -423,7 +465,7 @@ class ExecutionAdmin(admin.ModelAdmin):
                 return HttpResponseRedirect(reverse("admin:workflows_app_execution_changelist"))
             else:
                 self.message_user(request, f"started {execution.workflow_id}: execution {execution.pk} is "
-                                  f"{execution.status}", messages.SUCCESS)
+                                  f"{execution.status}", messages.SUCCESS, extra_tags=said_tags(execution.status))
                 return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[execution.pk]))
         registered = [{"name": name, "parameters": definition.parameters(),
                        "failure_mode": definition.failure_mode or "", "timeout": definition.timeout}

@@ -35,14 +35,42 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyAdmin):
-    list_display = ["name", "operation", "execution", "agent", "state_badge", "attempt", "started_at"]
+    list_display = ["name", "operation", "execution_link", "agent", "state_badge", "attempt", "started"]
     list_filter = ["state", "agent"]
     search_fields = ["name", "operation", "=execution__id"]
     list_select_related = ["execution"]
     fields = ["execution", "name", "operation", "agent", "state_badge", "attempt", "current_retries", "max_retries",
               "args_json", "kwargs_json", "result_json", "error_text", "flower_link", "incarnation",
-              "pending_at", "sent_at", "started_at", "succeeded_at", "failed_at", "cancelled_at"]
+              "pending", "sent", "started", "succeeded", "failed", "cancelled"]
     readonly_fields = fields
+
+    @admin.display(description="execution", ordering="execution")
+    def execution_link(self, operation):
+        return display.execution_link(operation.execution)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, operation):
+        return display.moment(operation.started_at)
+
+    @admin.display(description="pending at")
+    def pending(self, operation):
+        return display.moment(operation.pending_at)
+
+    @admin.display(description="sent at")
+    def sent(self, operation):
+        return display.moment(operation.sent_at)
+
+    @admin.display(description="succeeded at")
+    def succeeded(self, operation):
+        return display.moment(operation.succeeded_at)
+
+    @admin.display(description="failed at")
+    def failed(self, operation):
+        return display.moment(operation.failed_at)
+
+    @admin.display(description="cancelled at")
+    def cancelled(self, operation):
+        return display.moment(operation.cancelled_at)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, operation):
@@ -76,13 +104,21 @@ class OperationAdmin(ReadOnlyAdmin):
 
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "timestamp", "execution", "operation", "type", "message"]
+    list_display = ["id", "time", "execution_link", "operation", "type", "message"]
     list_filter = ["type"]
     search_fields = ["=execution__id", "operation", "message"]
     list_select_related = ["execution"]
     ordering = ["-id"]
-    fields = ["id", "execution", "operation", "type", "message", "data_json", "timestamp"]
+    fields = ["id", "execution", "operation", "type", "message", "data_json", "time"]
     readonly_fields = fields
+
+    @admin.display(description="time", ordering="timestamp")
+    def time(self, event):
+        return display.moment(event.timestamp)
+
+    @admin.display(description="execution", ordering="execution")
+    def execution_link(self, event):
+        return display.execution_link(event.execution)
 
     @admin.display(description="data")
     def data_json(self, event):
