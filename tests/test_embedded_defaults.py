@@ -93,6 +93,19 @@ def test_a_dead_server_is_replaced(var_dir):
     assert second["ping"] is True and second["redis_pid"] != first["redis_pid"]
 
 
+def test_a_stop_waits_for_the_server_to_exit_unless_told_not_to_and_then_a_new_one_starts_at_once(var_dir):
+    first = probe(var_dir)
+    assert embedded_redis.stop(var_dir)
+    assert not embedded_redis._alive(first["redis_pid"]), "waited for: its process has exited"
+    second = probe(var_dir)
+    # Without waiting (the standalone stack, once every process that used it is gone): no client
+    # reaches it any more, and a server started right after is a new one that answers.
+    assert embedded_redis.stop(var_dir, wait=False)
+    assert not embedded_redis.ping(var_dir)
+    third = probe(var_dir)
+    assert third["ping"] is True and third["redis_pid"] not in (first["redis_pid"], second["redis_pid"])
+
+
 def _pytest_run(var_dir):
     """A test run of this suite on embedded defaults (one quick test file, which uses Celery)."""
     env = {k: v for k, v in bare_env(var_dir).items() if k != "SWITCHYARD_REQUIRE"}  # CI's services are not these

@@ -147,8 +147,11 @@ def ensure_running(var_dir) -> str:
     raise EmbeddedRedisError(f"the embedded Redis did not answer on {sock} within {START_TIMEOUT:.0f}s; see {var_dir / LOG_NAME}")
 
 
-def stop(var_dir, timeout=10.0) -> bool:
-    """Shut the embedded server under ``var_dir`` down; True if one was running."""
+def stop(var_dir, timeout=10.0, wait=True) -> bool:
+    """Shut the embedded server under ``var_dir`` down; True if one was running. With ``wait``,
+    return once its process has exited (about a second after it answered the shutdown, which it
+    spends closing its files), ``timeout`` seconds at most; without, once it has closed its socket
+    and no client can reach it any more."""
     pid = server_pid(var_dir)
     if not ping(var_dir):
         return False
@@ -161,7 +164,7 @@ def stop(var_dir, timeout=10.0) -> bool:
     except OSError:
         pass
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and pid and _alive(pid):
+    while wait and time.monotonic() < deadline and pid and _alive(pid):
         time.sleep(0.05)
     return True
 

@@ -80,7 +80,8 @@ class Command(BaseCommand):
             status = self._run(address, port, flower_port, no_flower, no_demo, concurrency, verbose, redis_dir)
         finally:
             if redis_dir is not None and embedded_redis.started_here(redis_dir):
-                embedded_redis.stop(redis_dir)
+                # Every process that used it has exited: its own exit, a second later, is not waited for.
+                embedded_redis.stop(redis_dir, wait=False)
                 self.say("embedded Redis stopped")
         sys.exit(status)
 
