@@ -119,13 +119,16 @@ def send(make_execution, make_operation, queue, how, *, execution=None, **fields
 
 
 def waiting(queue) -> int:
-    """How many messages wait in ``queue`` (declared, so an empty one counts 0 on Redis too)."""
+    """How many messages wait in ``queue`` (declared as the engine declares it, so an empty one counts 0 on Redis too)."""
     with current_app.connection_for_read() as connection:
-        return connection.default_channel.queue_declare(queue=queue).message_count
+        return connection.default_channel.queue_declare(queue=queue, durable=True, auto_delete=False).message_count
 
 
 def stored_result(task_id):
+    """What the result backend holds for ``task_id``; None without one (the results are in the database)."""
     backend = current_app.backend
+    if not hasattr(backend, "get_key_for_task"):  # no result backend (Celery's DisabledBackend)
+        return None
     return backend.get(backend.get_key_for_task(task_id))
 
 

@@ -8,13 +8,16 @@ reads), and the event log agrees with the state machines. An agent SIGKILLed mid
 started again is ``test_engine.py::test_agent_killed_mid_operation_is_retried_after_it_starts_again``.
 """
 
+import os
 import re
 import time
+from datetime import timedelta
 from io import StringIO
 
 import psutil
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from agents.worker import local
 from switchyard.celery import app
@@ -178,11 +181,16 @@ def test_an_outcome_lost_with_the_manager_that_took_it_is_sent_again_by_its_agen
     stack.wait_for(finished.exists, 30, "the agent to report the step's outcome")
     with app.connection_for_write() as connection:
         dispatch.reports_queue()(connection.default_channel).purge()
+    # As if a minute had passed (the tick asks for attempts started, and the agent sends outcomes
+    # of attempts ended, more than RESEND_AFTER_SECONDS ago), without the test waiting for it.
+    a_minute_ago = time.time() - 60
+    os.utime(finished, (a_minute_ago, a_minute_ago))
+    Operation.objects.filter(pk=step.pk).update(started_at=timezone.now() - timedelta(seconds=60))
 
     stack.start_manager(concurrency=4, name="manager-2")
     # The new manager leaves the step to its live agent (claimed less than a claim's timeout ago);
     # its tick then asks for the outcomes of attempts started long ago, and the agent has it.
-    assert finish(stack, execution, "completed", timeout=120).payload == {"result": "lost-outcome"}
+    assert finish(stack, execution, "completed", timeout=60).payload == {"result": "lost-outcome"}
     step.refresh_from_db()
     assert (step.state, step.attempt) == ("succeeded", 1), "the outcome it reported, not a second attempt"
     assert ran(stack, "lost-outcome") == 1
