@@ -35,13 +35,8 @@ class AgentAdmin(admin.ModelAdmin):
         return format_html('<span title="{}">{}</span>', display.moment(agent.last_heartbeat),
                            display.age(agent.last_heartbeat))
 
-    @admin.display(description="started at", ordering="started_at")
-    def started(self, agent):
-        return display.moment(agent.started_at)
-
-    @admin.display(description="last heartbeat at")
-    def last_heartbeat_at(self, agent):
-        return display.moment(agent.last_heartbeat)
+    started = display.moment_column("started_at", "started at", ordering=True)
+    last_heartbeat_at = display.moment_column("last_heartbeat", "last heartbeat at")
 
     @admin.display(description="running", ordering="running")
     def running_operations(self, agent):

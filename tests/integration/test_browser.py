@@ -81,6 +81,16 @@ def wait_http(stack, url, what):
     stack.wait_for(answers, timeout=60, what=what)
 
 
+def logged_in(browser, base, path, height=1000):
+    """A page of ``browser``, 1400 px wide, logged in to the admin as the operator and at ``path``."""
+    page = browser.new_page(viewport={"width": 1400, "height": height})
+    page.goto(f"{base}/admin/login/?next={path}")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    return page
+
+
 def fill(page, name):
     return page.eval_on_selector(f'g.sy-node[data-name="{name}"] rect', "rect => getComputedStyle(rect).fill")
 
@@ -101,11 +111,7 @@ def test_an_operator_starts_watches_and_cancels_a_workflow_in_the_admin(stack, b
     stack.wait_for_agent(agent)
     wait_http(stack, f"{base}/admin/login/", "the web server")
 
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{base}/admin/login/?next=/admin/workflows_app/execution/add/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
+    page = logged_in(browser, base, "/admin/workflows_app/execution/add/")
 
     # Start it from the admin: three members of 6 s on an agent of two processes, then a join.
     page.select_option("#id_workflow", "it_fan_in")
@@ -169,11 +175,7 @@ def test_an_operator_goes_from_a_parent_to_its_child_and_back(stack, browser, sc
     stack.wait_for(lambda: Execution.objects.filter(parent_id=parent.pk).count() == 2, 30, "both children")
     child = Execution.objects.get(parent_id=parent.pk, parent_step="child0")
 
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(f"{base}/admin/login/?next=/admin/workflows_app/execution/{parent.pk}/change/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
+    page = logged_in(browser, base, f"/admin/workflows_app/execution/{parent.pk}/change/", height=900)
     box = page.locator('#sy-graph g.sy-node[data-name="child0"]')
     expect(box).to_have_attribute("data-kind", "workflow", timeout=30_000)
     expect(page.locator("#sy-children tr")).to_have_count(3)  # the header and the two children

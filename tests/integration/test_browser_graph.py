@@ -14,7 +14,7 @@ from django.test import override_settings
 from playwright.sync_api import expect
 
 from tests.integration.harness import NO_DATABASE_URL, WORKFLOW_MODULES, free_port
-from tests.integration.test_browser import PASSWORD, browser, screenshots, wait_http  # noqa: F401  (fixtures)
+from tests.integration.test_browser import PASSWORD, browser, logged_in, screenshots, wait_http  # noqa: F401  (fixtures)
 from workflows_app import services
 from workflows_app.models import Execution
 
@@ -117,11 +117,7 @@ def test_the_picture_of_a_graph_reads(stack, browser, screenshots, modules):  # 
     thousand = services.start("it_fan_in", {"agent": stack.agent_name("absent"), "join_agent": agent,
                                             "members": 1000, "seconds": 0})
 
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{base}/admin/login/?next=/admin/workflows_app/execution/{demo.pk}/change/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
+    page = logged_in(browser, base, f"/admin/workflows_app/execution/{demo.pk}/change/")
 
     def snap(name):
         page.screenshot(path=str(screenshots / f"{name}.png"), full_page=True)

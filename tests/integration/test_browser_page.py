@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from tests.integration.harness import free_port
-from tests.integration.test_browser import PASSWORD, browser, screenshots, wait_http  # noqa: F401 (fixtures)
+from tests.integration.test_browser import PASSWORD, browser, logged_in, screenshots, wait_http  # noqa: F401 (fixtures)
 from workflows_app import services
 from workflows_app.models import Execution, Operation
 
@@ -88,11 +88,7 @@ def test_an_execution_page_follows_its_execution_and_the_admin_reads_well(stack,
     stack.wait_for_agent(agent)
     wait_http(stack, f"{base}/admin/login/", "the web server")
 
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{base}/admin/login/?next=/admin/workflows_app/execution/add/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
+    page = logged_in(browser, base, "/admin/workflows_app/execution/add/")
 
     # --- watched from start to end: three members of 2 s on two processes, then a join ---------
     page.select_option("#id_workflow", "it_fan_in")

@@ -4,6 +4,7 @@ pages and lists share."""
 import json
 from urllib.parse import quote
 
+from django.contrib import admin
 from django.urls import reverse
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
@@ -25,6 +26,17 @@ def moment(value):
     if value is None:
         return "—"
     return dateformat.format(timezone.localtime(value) if timezone.is_aware(value) else value, MOMENT_FORMAT)
+
+
+def moment_column(field, description, ordering=False):
+    """A column (or read-only field) of a model admin that shows the moment ``field`` holds, as
+    :func:`moment` writes it; sortable by it with ``ordering``."""
+
+    @admin.display(description=description, ordering=field if ordering else None)
+    def column(self, obj):
+        return moment(getattr(obj, field))
+
+    return column
 
 
 def duration(started_at, ended_at):

@@ -208,9 +208,7 @@ class ExecutionAdmin(admin.ModelAdmin):
     def status_badge(self, execution):
         return display.badge(execution.status)
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, execution):
-        return display.moment(execution.created_at)
+    created = display.moment_column("created_at", "created", ordering=True)
 
     @admin.display(description="duration")
     def duration(self, execution):

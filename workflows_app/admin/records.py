@@ -48,29 +48,12 @@ class OperationAdmin(ReadOnlyAdmin):
     def execution_link(self, operation):
         return display.execution_link(operation.execution)
 
-    @admin.display(description="started", ordering="started_at")
-    def started(self, operation):
-        return display.moment(operation.started_at)
-
-    @admin.display(description="pending at")
-    def pending(self, operation):
-        return display.moment(operation.pending_at)
-
-    @admin.display(description="sent at")
-    def sent(self, operation):
-        return display.moment(operation.sent_at)
-
-    @admin.display(description="succeeded at")
-    def succeeded(self, operation):
-        return display.moment(operation.succeeded_at)
-
-    @admin.display(description="failed at")
-    def failed(self, operation):
-        return display.moment(operation.failed_at)
-
-    @admin.display(description="cancelled at")
-    def cancelled(self, operation):
-        return display.moment(operation.cancelled_at)
+    started = display.moment_column("started_at", "started", ordering=True)
+    pending = display.moment_column("pending_at", "pending at")
+    sent = display.moment_column("sent_at", "sent at")
+    succeeded = display.moment_column("succeeded_at", "succeeded at")
+    failed = display.moment_column("failed_at", "failed at")
+    cancelled = display.moment_column("cancelled_at", "cancelled at")
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, operation):
@@ -112,9 +95,7 @@ class EventAdmin(ReadOnlyAdmin):
     fields = ["id", "execution", "operation", "type", "message", "data_json", "time"]
     readonly_fields = fields
 
-    @admin.display(description="time", ordering="timestamp")
-    def time(self, event):
-        return display.moment(event.timestamp)
+    time = display.moment_column("timestamp", "time", ordering=True)
 
     @admin.display(description="execution", ordering="execution")
     def execution_link(self, event):
