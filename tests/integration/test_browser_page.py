@@ -194,3 +194,14 @@ def test_an_execution_page_follows_its_execution_and_the_admin_reads_well(stack,
         texts = page.locator(f"#result_list td.field-{column}").all_text_contents()
         assert texts and all(MOMENT.match(text) for text in texts if text != "—"), (url, texts)
         assert any(MOMENT.match(text) for text in texts), (url, texts)
+
+    # --- the project's root and the API's page ----------------------------------------------------
+    page.goto(base + "/")
+    assert page.url == f"{base}/admin/", "the root leads to the admin, not to a debug 404"
+    page.goto(f"{base}/api/v1/docs")
+    expect(page.locator("h1")).to_have_text("Switchyard API")
+    expect(page.locator("body")).to_contain_text("Version 1 of the API, served under /api/v1/")
+    # An enum's choices (drf-spectacular writes them as a markdown list) read as a list.
+    assert page.locator("li", has_text="pending - Pending").count() > 0
+    assert "* `" not in page.inner_text("body")
+    page.screenshot(path=str(screenshots / "api-docs.png"))
