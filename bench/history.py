@@ -152,13 +152,13 @@ def seed(executions=EXECUTIONS, operations=OPERATIONS) -> dict:
             INSERT INTO {t['Operation']} (id, execution_id, name, operation, args, kwargs, agent, state, result, error,
                 attempt, current_retries, max_retries, retry_interval, retry_backoff, next_attempt_at, timeout,
                 pending_dependencies, input, awaited, failure_handled, incarnation, pending_at, sending_at, sent_at,
-                started_at, rescheduled_at, succeeded_at, failed_at, cancelled_at)
+                started_at, rescheduled_at, succeeded_at, failed_at, cancelled_at, after)
             SELECT md5('history-operation-' || i || '-' || k)::uuid, e.id, 'step-' || k, 'bench_noop',
                    jsonb_build_array(k), '{{}}'::jsonb, 'history-agent', CASE WHEN f THEN 'failed' ELSE 'succeeded' END,
                    NULL, CASE WHEN f THEN '{{"type": "RuntimeError", "message": "seeded"}}'::jsonb END,
                    1, 0, 0, 5, 1, NULL, NULL, 0, NULL, false, false, 'history-incarnation',
                    at, at, at, at + interval '1 ms', NULL, CASE WHEN NOT f THEN at + interval '2 ms' END,
-                   CASE WHEN f THEN at + interval '2 ms' END, NULL
+                   CASE WHEN f THEN at + interval '2 ms' END, NULL, '[]'::jsonb
             FROM {_SERIES}, generate_series(0, %(operations)s - 1) AS k,
                  LATERAL (SELECT e.status = 'failed' AND k = %(operations)s - 1 AS f,
                                  e.created_at + interval '40 ms' * k AS at) AS step

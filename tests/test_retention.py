@@ -378,10 +378,10 @@ def insert_history(n, ended_at):
         cursor.execute(f"""
             INSERT INTO {t['Operation']} (id, execution_id, name, kind, operation, args, kwargs, agent, state, attempt,
                 current_retries, max_retries, retry_interval, retry_backoff, pending_dependencies, awaited,
-                failure_handled, incarnation, pending_at)
+                failure_handled, incarnation, pending_at, after)
             {series}
             SELECT {uuid.format('1000000000 + 10 * i + k')}, {uuid.format('i')}, 'step-' || k, 'operation', 'noop',
-                   {array}, {empty}, 'a', 'succeeded', 1, 0, 3, 5, 1, 0, {false}, {false}, '', %s
+                   {array}, {empty}, 'a', 'succeeded', 1, 0, 3, 5, 1, 0, {false}, {false}, '', %s, {array}
             FROM s, {steps} WHERE i %% 10 = 0""", [n, at])
         cursor.execute(f"""
             INSERT INTO {t['OperationDependency']} (operation_id, depends_on_id)

@@ -638,7 +638,9 @@ def test_a_stock_sqlite_shop_takes_several_writers(shop_install, tmp_path):
         for name, result in failing.items():
             execution = final(name, result)
             assert (result[0], execution["status"]) == (1, "failed"), (name, result)
-            assert "ended failed" in result[2].strip().splitlines()[-1], result[2][-2000:]
+            # The reason, then the whole stored error (the step's failure, its traceback), indented.
+            assert re.search(r"^CommandError: execution \S+ ended failed:$", result[2], re.MULTILINE), result[2][-2000:]
+            assert "operation 'courier' failed: RecoverableError" in result[2], result[2][-2000:]
             ids[execution["parameters"]["order_id"]] = execution["id"]
         (data_dir / "courier-outage").unlink()
 
