@@ -309,6 +309,14 @@ def test_a_start_of_an_id_that_names_no_execution_alone_is_refused_in_one_line(s
     assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize("typed", ["\x00", "77\x000b", "770b\ud800", "nan", "NaN", "7" * 3_000_000, "x" * 3_000_000])
+def test_whatever_is_typed_for_an_id_is_refused_in_one_short_line(similar, typed):
+    with pytest.raises(CommandError) as refused:
+        cli.parse_execution_id(typed)
+    said = str(refused.value)
+    assert said.startswith("no execution ") and "\n" not in said and len(said) < 200, said[:300]
+
+
 def test_a_start_of_an_id_is_one_range_of_the_primary_key_index(similar):
     """A prefix is the ids between it padded with 0s and with fs: the database searches the
     primary key's index, it does not read the table."""

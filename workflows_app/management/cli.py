@@ -42,6 +42,13 @@ ID_PREFIX_SHOWN = 3
 ID_HELP = f"the execution's id, or its first {ID_PREFIX_MIN} or more digits when no other id starts with them"
 #: Hex digits, with or without the dashes of a UUID's text.
 ID_TEXT = re.compile(r"[0-9a-f-]+")
+#: How much of an argument that names no execution is quoted back.
+QUOTED_CHARS = 60
+
+
+def quoted(text) -> str:
+    """``text`` as typed, quoted back in an error: its first QUOTED_CHARS characters, escaped."""
+    return repr(text) if len(text) <= QUOTED_CHARS else repr(text[:QUOTED_CHARS]) + "…"
 
 
 # --- arguments and errors ------------------------------------------------------------------
@@ -84,11 +91,11 @@ def parse_execution_id(text) -> uuid.UUID:
     digits = id_digits(text)
     matches, count = queries.executions_by_id_prefix(digits, ID_PREFIX_SHOWN)
     if count == 0:
-        raise CommandError(f"no execution {text!r}")
+        raise CommandError(f"no execution {quoted(text)}")
     if count > 1:
         named = ", ".join(f"{row['id']} ({row['workflow_id']}, {row['status']})" for row in matches)
         more = f" and {count - len(matches)} more" if count > len(matches) else ""
-        raise CommandError(f"{text!r} is the start of {count} execution ids: {named}{more}; give more of it")
+        raise CommandError(f"{quoted(text)} is the start of {count} execution ids: {named}{more}; give more of it")
     return matches[0]["id"]
 
 
@@ -104,9 +111,9 @@ def id_digits(text) -> str:
     digits = typed.replace("-", "")
     if not ID_TEXT.fullmatch(typed) or len(digits) > 32 or (
             "-" in typed and not str(uuid.UUID(hex=digits.ljust(32, "0"))).startswith(typed)):
-        raise CommandError(f"no execution {text!r}: an execution id is hex digits, with or without its dashes")
+        raise CommandError(f"no execution {quoted(text)}: an execution id is hex digits, with or without its dashes")
     if len(digits) < ID_PREFIX_MIN:
-        raise CommandError(f"no execution {text!r}: give at least {ID_PREFIX_MIN} digits of its id")
+        raise CommandError(f"no execution {quoted(text)}: give at least {ID_PREFIX_MIN} digits of its id")
     return digits
 
 
