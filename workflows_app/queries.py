@@ -69,7 +69,7 @@ def warnings(execution_id) -> list[dict]:
             for warning in found or ()]
 
 
-def executions_by_id_prefix(digits, shown=3) -> tuple[list[dict], int]:
+def executions_by_id_prefix(digits, shown) -> tuple[list[dict], int]:
     """The executions whose id starts with the hexadecimal ``digits`` (lowercase, 1 to 32 of
     them): the first ``shown`` by id, as ``{"id", "workflow_id", "status"}``, and how many match
     in all. One query, two when more than ``shown`` match (the count).

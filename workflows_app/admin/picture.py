@@ -26,8 +26,8 @@ def natural_key(name):
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
 
 
-def groups(graph, least=GROUP_FROM) -> list[dict]:
-    """The sets of ``least`` or more siblings of ``graph``: ``{"members": [names, natural
+def groups(graph) -> list[dict]:
+    """The sets of GROUP_FROM or more siblings of ``graph``: ``{"members": [names, natural
     order], "kind", "operation"}``, ordered by their first member."""
     before, following = defaultdict(set), defaultdict(set)
     for kind, pairs in (("needs", graph["edges"]), ("order", graph["order"])):
@@ -39,7 +39,7 @@ def groups(graph, least=GROUP_FROM) -> list[dict]:
         name = node["name"]
         siblings[(node["kind"], node["operation"], frozenset(before[name]), frozenset(following[name]))].append(name)
     found = [({"members": sorted(names, key=natural_key), "kind": kind, "operation": operation})
-             for (kind, operation, _, _), names in siblings.items() if len(names) >= least]
+             for (kind, operation, _, _), names in siblings.items() if len(names) >= GROUP_FROM]
     return sorted(found, key=lambda group: natural_key(group["members"][0]))
 
 
