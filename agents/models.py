@@ -6,6 +6,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from workflows_app.conf import workflows_settings
+from workflows_app.models import Operation
+from workflows_app.states import OperationState
 
 
 class AgentStatus(models.TextChoices):
@@ -26,9 +28,6 @@ class AgentQuerySet(models.QuerySet):
     def with_status(self):
         """Annotate ``live_status`` (online/offline, from the last heartbeat) and ``running``
         (operations started on the agent's queue), in the one query of the list."""
-        from workflows_app.models import Operation
-        from workflows_app.states import OperationState
-
         running = (
             Operation.objects.filter(agent=OuterRef("name"), state=OperationState.STARTED)
             .order_by()

@@ -34,7 +34,7 @@ from celery.signals import task_revoked
 
 from agents.worker import link, local
 from workflows_app import values, wire
-from workflows_app.dispatch import RUNNER_TASK, TASK_OPTIONS
+from workflows_app.broker import RUNNER_TASK, TASK_OPTIONS
 from workflows_app.engine import reports
 from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, ValueRefused
 from workflows_app.registry import get_operation

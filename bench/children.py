@@ -38,10 +38,10 @@ def run(stack, agent, rounds, n=DEFAULT_CHILDREN):
 def _settle(queue, timeout=60.0):
     """Untimed: until the manager has taken every message of ``queue`` (the wake-ups of a parent
     that completed), and a moment for the last to run."""
-    from workflows_app import dispatch
+    from workflows_app import broker
 
     deadline = time.monotonic() + timeout
-    while (dispatch.waiting_messages(queue) or 0) > 0 and time.monotonic() < deadline:
+    while (broker.waiting_messages(queue) or 0) > 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)
 

@@ -38,7 +38,7 @@ from django.utils import timezone
 from bench.workflows import CELERY_NOOP
 from workflows_app import services
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import timers
+from workflows_app.engine import tick
 from workflows_app.models import Event, Execution, Wait
 from workflows_app.models.execution import hash_token, new_token
 from switchyard.celery import app
@@ -164,9 +164,9 @@ def tick_pass_ms():
     plain, sweep = [], []
     for _ in range(TICK_PASSES):
         for passes in (sweep, plain):
-            timers._last_sweep = None if passes is sweep else timezone.now()
+            tick._last_sweep = None if passes is sweep else timezone.now()
             began = time.monotonic()
-            timers.tick()
+            tick.run()
             passes.append((time.monotonic() - began) * 1000)
     return statistics.median(plain), statistics.median(sweep)
 
@@ -269,14 +269,14 @@ def run(stack, processes, waiting=DEFAULT_WAITING, *, deliveries=DEFAULT_DELIVER
         pool += cloned
         random.shuffle(pool)
         targets, pool = pool[:deliveries], pool[deliveries:]
-        tick, sweep = tick_pass_ms()
+        tick_ms, sweep_ms = tick_pass_ms()
         seconds, delivered = _wake(targets)
         rates[size] = len(targets) / seconds
         celery = _celery_rate(agent, len(targets)) if agent else None
         rows += [
-            (f"tick: one pass with {size} waiting (ms)", tick, None,
+            (f"tick: one pass with {size} waiting (ms)", tick_ms, None,
              f"median of {TICK_PASSES} passes of the engine's tick, in the benchmark's process; with the sweep for lost "
-             f"wake-ups (one pass in {timers.SWEEP_EVERY_SECONDS} s): {sweep:.1f} ms"),
+             f"wake-ups (one pass in {tick.SWEEP_EVERY_SECONDS} s): {sweep_ms:.1f} ms"),
             (f"wake: {len(targets)} events delivered until all completed, {size} waiting (s)", seconds, None,
              f"delivery alone {delivered:.1f} s (services.send_event, one by one); {len(cloned)} of those waiting cloned "
              f"in {clone_seconds:.1f} s"),

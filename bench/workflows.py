@@ -12,7 +12,7 @@ from pathlib import Path
 from celery import shared_task
 
 from workflows_app import db
-from workflows_app.dispatch import TASK_OPTIONS
+from workflows_app.broker import TASK_OPTIONS
 from workflows_app.sdk import operation, workflow
 
 BENCH_DIR_ENV = "SWITCHYARD_BENCH_DIR"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs, from the system's apt repositories, the tools the test suite runs besides Python:
-# Docker Compose (tests/test_docker.py checks docker/compose.yaml with it) and Chromium (the
+# Docker Compose (tests/project/test_docker.py checks docker/compose.yaml with it) and Chromium (the
 # admin's browser test). Only what is missing, quietly; nothing when both are there.
 # Compose is either Docker's v2 plugin ("docker compose") or, from Debian, docker-compose (v1).
 set -eu

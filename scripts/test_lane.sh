@@ -46,7 +46,7 @@ run() {
   env -u DATABASE_URL -u CELERY_BROKER_URL -u CELERY_RESULT_BACKEND -u SWITCHYARD_REQUIRE \
     SWITCHYARD_VAR_DIR="$var_dir" "$venv/bin/python" -m pytest -p no:cacheprovider ${PYTEST_ARGS:-} "$@"
 }
-run -m "not integration and not slow" --deselect tests/test_docker.py --ignore tests/test_docs.py \
+run -m "not integration and not slow" --deselect tests/project/test_docker.py --ignore tests/project/test_docs.py \
   --ignore-glob 'tests/integration/test_browser*.py' --ignore tests/integration/test_api_fuzz.py
 run tests/integration/test_engine.py::test_cromwell_worked_example
 echo "test_lane: $name passed in $((SECONDS - started)) s"

@@ -180,7 +180,7 @@ if CELERY_TASK_CREATE_MISSING_QUEUE_TYPE not in ("classic", "quorum"):
 
 # Durability (acknowledged late, given back when a worker dies, one message at a time, runs on
 # when the broker connection drops) is carried by Switchyard's tasks and workers themselves, as
-# in any project: workflows_app.dispatch.TASK_OPTIONS, agents.worker.pool.prepare, run_worker.
+# in any project: workflows_app.broker.TASK_OPTIONS, agents.worker.pool.prepare, run_worker.
 # Events for Flower.
 CELERY_WORKER_SEND_TASK_EVENTS = True
 CELERY_TASK_SEND_SENT_EVENT = True

@@ -17,7 +17,7 @@ from django.db import connection
 
 from agents import intake
 from agents.worker import link, local
-from workflows_app import dispatch, embedded_redis, signing, wire
+from workflows_app import broker, embedded_redis, signing, wire
 from workflows_app.engine import live
 from workflows_app.models import Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
@@ -111,14 +111,14 @@ def outbox(monkeypatch):
     (execution ids), ``["operation"]`` (step names), ``["revoke"]`` (task ids, terminate),
     ``["kill"]`` (the attempts of each broadcast kill); and the broker's queues hold nothing."""
     sent = {"advance": [], "operation": [], "revoke": [], "kill": []}
-    monkeypatch.setattr(dispatch, "send_advance", lambda pk, workflow_id=None: sent["advance"].append(str(pk)))
-    monkeypatch.setattr(dispatch, "send_operations", lambda ops: sent["operation"].extend(op.name for op in ops))
-    monkeypatch.setattr(dispatch, "revoke", lambda ids, terminate=False: sent["revoke"].append((list(ids), terminate)))
-    monkeypatch.setattr(dispatch, "broadcast_kill",
+    monkeypatch.setattr(broker, "send_advance", lambda pk, workflow_id=None: sent["advance"].append(str(pk)))
+    monkeypatch.setattr(broker, "send_operations", lambda ops: sent["operation"].extend(op.name for op in ops))
+    monkeypatch.setattr(broker, "revoke", lambda ids, terminate=False: sent["revoke"].append((list(ids), terminate)))
+    monkeypatch.setattr(broker, "broadcast_kill",
                         lambda pk, attempts=(), dispatcher=False: sent["kill"].append([(str(a), n) for a, n in attempts]))
     # Nothing of the test reached a queue: what a queue of the broker holds is someone else's (a
     # `make start` stopped with messages queued, on the same embedded Redis).
-    monkeypatch.setattr(dispatch, "waiting_messages", lambda queue: 0)
+    monkeypatch.setattr(broker, "waiting_messages", lambda queue: 0)
     return sent
 
 

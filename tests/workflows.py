@@ -395,7 +395,7 @@ def outage(ctx, agent, prefix, seconds=3.0, wide=2):
     ctx.set_payload({"results": sorted(results.values()), "after": after})
 
 
-# --- waits: events, timers, cancelling a step (tests/test_context_waits.py) -------------------
+# --- waits: events, timers, cancelling a step (tests/engine/test_context_waits.py) -------------------
 
 
 @workflow(name="it_events")
@@ -555,7 +555,7 @@ def tuple_args(ctx, agent):
 from tests import canvas_workflows  # noqa: E402,F401  (registers its workflows, operations and Celery tasks)
 
 
-# --- live runs (tests/test_live_runs.py) ---------------------------------------------------
+# --- live runs (tests/engine/test_live_runs.py) ---------------------------------------------------
 
 #: tag -> how many step calls the function made, in this process: once per step when a live run
 #: goes on, and again for every earlier step each time a pass replays from the top.
@@ -582,7 +582,7 @@ def cleanup_after_event(ctx):
         ctx.execute("cleanup", add, 1, agent="a1")
 
 
-# --- child workflows (tests/test_children.py, tests/integration/test_children.py) ---------------
+# --- child workflows (tests/engine/test_child_steps.py, tests/integration/test_child_trees.py) ---------------
 
 @workflow(name="it_child")
 def child_workflow(ctx, agent, other_agent, tag, fail=False, seconds=0.0):

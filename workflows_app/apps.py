@@ -9,13 +9,15 @@ class WorkflowsConfig(AppConfig):
     def ready(self):
         # Imported here, not at the top: models and their app registry must be ready first.
         from workflows_app import checks  # noqa: F401  (registers the system checks)
-        from workflows_app import db, dispatch, embedded_redis
-        from workflows_app.engine import children, listeners, queueing  # noqa: F401  (connect their signal receivers)
+        from workflows_app import broker, db, embedded_redis, transitions
+        from workflows_app.engine import reactions
         from workflows_app.registry import load_workflow_modules
 
         # Before anything of Switchyard's connects: SQLite set up for several writing processes.
         db.configure_sqlite()
-        app = dispatch.project_app()
+        # What follows every committed execution transition: the engine's reactions, in order.
+        transitions.react_with(reactions.after_execution_transition)
+        app = broker.project_app()
         if app is not None:
             embedded_redis.start_with(app)
         # A module that cannot be imported is reported by the system check workflows.E005, not

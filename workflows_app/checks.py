@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.checks import Error, register
 from django.core.checks import Warning as CheckWarning
 
-from workflows_app import conf, db, dispatch, environment, registry
+from workflows_app import broker, conf, db, environment, registry
 
 _HINT = "See workflows_app.conf.DEFAULTS for the keys and their meaning."
 
@@ -32,7 +32,7 @@ def check_workflows_settings(app_configs=None, **kwargs):
 
 @register()
 def check_celery_app(app_configs=None, **kwargs):
-    if dispatch.project_app() is not None:
+    if broker.project_app() is not None:
         return []
     return [Error("the project has no Celery app: Switchyard sends every message through the project's own",
                   hint="Define it in <project>/celery.py and import it in <project>/__init__.py, as Celery's "

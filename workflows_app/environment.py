@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from workflows_app import dispatch
+from workflows_app import broker
 
 _MISSING = object()
 
@@ -68,7 +68,7 @@ def _log_level_carried(value) -> bool:
 
 
 def _queue_type_carried(value) -> bool:
-    app = dispatch.project_app()
+    app = broker.project_app()
     if app is None:
         return True  # workflows.E003 says what is wrong
     return all(app.conf.get(key) == value.strip() for key in ("task_default_queue_type", "task_create_missing_queue_type"))

@@ -9,11 +9,13 @@ raises ``PermissionRefused`` (nothing changed) when that user may not (``workflo
 
 from django.db import DatabaseError, transaction
 
-from workflows_app import dispatch, permissions, values
-from workflows_app.engine import resuming, starts, steps, stopping, waits
+from workflows_app import broker, permissions, values
+from workflows_app.engine import resuming, starts, stopping, waits
 from workflows_app.errors import ActionRefused, ParameterError
 from workflows_app.models import Event, Execution
 from workflows_app.states import (
+    EXECUTION_FORCE_RESUMABLE,
+    EXECUTION_RESUMABLE,
     EXECUTION_TERMINAL,
     EXECUTION_TRANSITIONS,
     EXECUTION_WAITING,
@@ -69,7 +71,7 @@ def send_event(execution_id, name, payload=None, *, user=None) -> Event:
                                 sorted(set(ExecutionStatus) - EXECUTION_TERMINAL))
         event = record_event(execution.pk, EventType.EVENT_RECEIVED, f"event {name[:100]!r} received",
                              {"name": name, "payload": payload})
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
+        broker.send_advance_on_commit(execution)
     return event
 
 
@@ -93,23 +95,18 @@ def kill(execution_id, *, user=None) -> Execution:
     execution it only stops the processes of leftover operations, and the status stays."""
     execution = _check(user, "kill", Execution.objects.get(pk=execution_id))
     if execution.status in EXECUTION_TERMINAL:
-        steps.stop_attempts(execution.pk, stopping.leftover_attempts(execution), dispatcher=True)
+        stopping.stop_attempts(execution.pk, stopping.leftover_attempts(execution), dispatcher=True)
         return execution
     # A dispatcher running the workflow function holds the row lock (an execution it is starting
     # still reads pending from outside): it is stopped first, which lets the lock go — its
     # transaction rolls back, and its redelivered message finds the execution cancelled.
-    dispatch.broadcast_kill(execution.pk, dispatcher=True)
+    broker.broadcast_kill(execution.pk, dispatcher=True)
     with transaction.atomic():
         execution = _locked(execution_id)
         if execution.status in EXECUTION_TERMINAL:  # it ended while we waited for the lock
-            steps.stop_attempts(execution.pk, stopping.leftover_attempts(execution))
+            stopping.stop_attempts(execution.pk, stopping.leftover_attempts(execution))
             return execution
         return stopping.stop(execution, ExecutionStatus.KILL_CANCELLING, "kill")
-
-
-#: Where resume and force-resume are allowed.
-RESUMABLE = (ExecutionStatus.STARTED, ExecutionStatus.CANCELLED, ExecutionStatus.FAILED)
-FORCE_RESUMABLE = (ExecutionStatus.CANCELLED, ExecutionStatus.FAILED)
 
 
 def resume(execution_id, *, user=None) -> Execution:
@@ -120,14 +117,14 @@ def resume(execution_id, *, user=None) -> Execution:
 
     Resuming a ``started`` execution (a stuck one) replaces its dispatcher: the old one holds
     the old token and can change nothing; one stuck in workflow code is stopped."""
-    return _resume(execution_id, "resume", RESUMABLE, OPERATION_RESUMABLE, user)
+    return _resume(execution_id, "resume", EXECUTION_RESUMABLE, OPERATION_RESUMABLE, user)
 
 
 def force_resume(execution_id, *, user=None) -> Execution:
     """Force-resume (``cancelled``/``failed`` only): as resume, and operations left ``sending``,
     ``sent`` or ``started`` are reset to ``pending`` too and sent again as a new attempt (the
     processes of their old attempts, if any still run, are stopped)."""
-    return _resume(execution_id, "force-resume", FORCE_RESUMABLE, OPERATION_FORCE_RESUMABLE, user)
+    return _resume(execution_id, "force-resume", EXECUTION_FORCE_RESUMABLE, OPERATION_FORCE_RESUMABLE, user)
 
 
 #: The actions on an execution, by the name every entry point uses; each takes
@@ -146,8 +143,8 @@ def actions_for(status) -> list[str]:
         "cancel": status in EXECUTION_WAITING or ExecutionStatus.CANCELLING in EXECUTION_TRANSITIONS[status],
         "force-cancel": status in EXECUTION_WAITING or ExecutionStatus.FORCE_CANCELLING in EXECUTION_TRANSITIONS[status],
         "kill": status not in EXECUTION_TERMINAL,
-        "resume": status in RESUMABLE,
-        "force-resume": status in FORCE_RESUMABLE,
+        "resume": status in EXECUTION_RESUMABLE,
+        "force-resume": status in EXECUTION_FORCE_RESUMABLE,
     }
     return [action for action in ACTIONS if allowed[action]]
 
@@ -181,7 +178,7 @@ def _locked_or_stop_dispatcher(execution_id) -> Execution:
             return Execution.objects.select_for_update(nowait=True, no_key=True).get(pk=execution_id)
     except DatabaseError:  # the lock is held (PostgreSQL: lock_not_available)
         pass
-    dispatch.broadcast_kill(execution_id, dispatcher=True)
+    broker.broadcast_kill(execution_id, dispatcher=True)
     return _locked(execution_id)
 
 

@@ -79,6 +79,14 @@ EXECUTION_WAITING = frozenset({_E.PENDING, _E.QUEUED})
 EXECUTION_CANCELLING = frozenset({_E.CANCELLING, _E.FORCE_CANCELLING, _E.KILL_CANCELLING})
 #: A dispatcher carries these on.
 EXECUTION_RUNNING = frozenset({_E.STARTED}) | EXECUTION_CANCELLING
+#: These hold their deployment: a new execution of it is refused or waits, queued.
+EXECUTION_HOLDING_DEPLOYMENT = frozenset(EXECUTION_ACTIVE - {_E.QUEUED})
+#: Where resume and force-resume are allowed (in this order in their refusals).
+EXECUTION_RESUMABLE = (_E.STARTED, _E.CANCELLED, _E.FAILED)
+EXECUTION_FORCE_RESUMABLE = (_E.CANCELLED, _E.FAILED)
+#: A child its parent's resume resumes: one that failed or was cancelled. One that completed has
+#: a succeeded step, never reset; one that timed out cannot be resumed, so its step fails again.
+EXECUTION_CHILD_RESUMABLE = (_E.FAILED, _E.CANCELLED)
 
 EXECUTION_TRANSITIONS = {
     _E.PENDING: frozenset({_E.QUEUED, _E.STARTED, _E.CANCELLED, _E.FAILED}),
@@ -97,6 +105,8 @@ EXECUTION_TRANSITIONS = {
 
 # --- operation groups ------------------------------------------------------------------
 OPERATION_TERMINAL = frozenset({_O.SUCCEEDED, _O.FAILED, _O.CANCELLED})
+#: Ended without succeeding: what a wait for the step raises ``StepFailed`` for.
+OPERATION_ENDED_BADLY = (_O.FAILED, _O.CANCELLED)
 OPERATION_ACTIVE = frozenset(set(_O) - OPERATION_TERMINAL)
 #: Not started on an agent: cancel marks these ``cancelled`` at once.
 OPERATION_NOT_STARTED = frozenset({_O.PENDING, _O.RESCHEDULED, _O.SENDING, _O.SENT})

@@ -1,13 +1,13 @@
 """Thin Celery tasks of the manager: they take an id and call the engine. (A manager records
 the process group of the dispatcher it runs: ``agents.worker.pool``.) An advance sends no task
-event (``dispatch.send_advance`` says why)."""
+event (``broker.send_advance`` says why)."""
 
 from celery import shared_task
 from celery.exceptions import Reject
 
 from workflows_app import outages
-from workflows_app.dispatch import ADVANCE_TASK, TASK_OPTIONS
-from workflows_app.engine.dispatcher import advance as run
+from workflows_app.broker import ADVANCE_TASK, TASK_OPTIONS
+from workflows_app.engine.dispatcher import run_pass
 from workflows_app.errors import DatabaseUnavailable
 
 
@@ -16,6 +16,6 @@ def advance(execution_id):
     # A database outage is waited out (each pass of the dispatcher is safe to run again); past
     # DATABASE_OUTAGE_TOLERANCE the message goes back to the queue.
     try:
-        outages.ride_out(f"advancing {execution_id}", run, execution_id)
+        outages.ride_out(f"a pass over {execution_id}", run_pass, execution_id)
     except DatabaseUnavailable:
         raise Reject("the database is unavailable", requeue=True) from None

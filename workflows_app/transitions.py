@@ -13,6 +13,12 @@ its first event by :func:`create_execution`, or already moved on from ``pending`
   raised before anything is written, so it needs no savepoint), else its own.
 
 Nothing else assigns ``status`` or ``state``.
+
+Once an execution's transition commits, what follows it runs: the engine's reactions, one
+declared table (``engine.reactions.AFTER_EXECUTION_TRANSITION``: the deployment's next queued
+execution starts, the parent is woken, lifecycle listeners, the ``execution_status_changed``
+signal), which the app hands to :func:`react_with` when it is ready. The engine sits above this
+module, so this module cannot name it; the table is passed down instead of imported.
 """
 
 import functools
@@ -28,7 +34,6 @@ from workflows_app import db
 from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, TransitionRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.models.execution import hash_token, new_token
-from workflows_app.signals import execution_status_changed
 from workflows_app.states import (
     EXECUTION_TERMINAL,
     EXECUTION_TRANSITIONS,
@@ -42,6 +47,16 @@ from workflows_app.states import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: ``react(execution, source, target, event)``, called once an execution transition commits
+#: (:func:`react_with`); until the app is ready, nothing follows a transition.
+_react = None
+
+
+def react_with(react):
+    """Call ``react(execution, source, target, event)`` after every committed execution transition."""
+    global _react
+    _react = react
 
 
 def _atomic():
@@ -169,7 +184,8 @@ def execution_transition(execution, target, *, message="", data=None, token=None
     for name, value in updates.items():
         setattr(execution, name, value)
     execution.issued_token = issued
-    transaction.on_commit(lambda: _announce(execution, source, target, event))
+    if _react is not None:
+        transaction.on_commit(lambda react=_react: react(execution, source, target, event))
     return execution
 
 
@@ -181,21 +197,6 @@ def _refuse_execution(execution, source, target, expected_hash):
     if expected_hash is not None and token_hash != expected_hash:
         raise StaleToken(execution.pk)
     raise InvalidTransition("execution", execution.pk, source, target, ExecutionStatus(status))
-
-
-def _announce(execution, source, target, event):
-    responses = execution_status_changed.send_robust(
-        sender=Execution, execution=execution, source=source, target=target, event=event
-    )
-    for receiver, response in responses:
-        if isinstance(response, Exception):
-            logger.error("execution_status_changed receiver %r failed", receiver, exc_info=response)
-            record_event(
-                execution.pk,
-                EventType.LISTENER_FAILED,
-                f"{getattr(receiver, '__qualname__', receiver)!s} raised {type(response).__name__}: {response}",
-                {"listener": getattr(receiver, "__qualname__", repr(receiver)), "status": target.value},
-            )
 
 
 def operation_transition(operation, target, *, attempt=None, message="", data=None, share_lock_execution=False,

@@ -1,7 +1,7 @@
 """The Celery remote-control commands every agent and manager registers: the kill, the cancel,
 what runs here, and the outcomes to send again.
 
-``switchyard_kill`` is broadcast (``workflows_app.dispatch.broadcast_kill``) with the attempts
+``switchyard_kill`` is broadcast (``workflows_app.broker.broadcast_kill``) with the attempts
 of an execution's running operations and, optionally, its dispatcher. Each worker looks them up
 among the process groups it recorded as running on this host (``agents.worker.local``), sends SIGTERM
 to each whole group — the pool process and every subprocess the operation started — and SIGKILL
@@ -32,7 +32,7 @@ from celery.worker.control import control_command
 from agents.worker import link, local
 from workflows_app import wire
 from workflows_app.conf import workflows_settings
-from workflows_app.dispatch import CANCEL_COMMAND, KILL_COMMAND, RESEND_COMMAND, RUNNING_COMMAND
+from workflows_app.broker import CANCEL_COMMAND, KILL_COMMAND, RESEND_COMMAND, RUNNING_COMMAND
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ only then acknowledges the messages.
 Nothing is lost: a report is acknowledged after the transaction that stored it committed (and a
 claim after its answer was sent). A manager that dies holding reports leaves them unacknowledged:
 the broker gives them to another manager (RabbitMQ at once; on Redis a starting manager gives
-back what the reports queue holds, :func:`workflows_app.dispatch.give_back_held`), and a report
+back what the reports queue holds, :func:`workflows_app.broker.give_back_held`), and a report
 stored twice changes nothing the second time.
 
 A batch is what arrived by the time the inbox looks, up to BATCH reports: under load many
@@ -26,7 +26,7 @@ from django.db import OperationalError, close_old_connections
 
 from agents import intake
 from agents.worker.forks import no_fork_meanwhile
-from workflows_app import dispatch, outages, wire
+from workflows_app import broker, outages, wire
 from workflows_app.errors import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
@@ -87,8 +87,8 @@ class Inbox(threading.Thread):
                 self.stopped.wait(1.0)
 
     def _serve(self):
-        queue = dispatch.reports_queue()
-        with dispatch.reports_connection() as connection:
+        queue = broker.reports_queue()
+        with broker.reports_connection() as connection:
             connection.ensure_connection(max_retries=None)
             producer = kombu.Producer(connection, serializer="json")
             # Never cancelled: the connection is closed with the consumer still on. On Redis a
@@ -176,8 +176,8 @@ def prepare():
     reports a dead manager took and never acknowledged (any manager stores them; one held by a
     live manager is then stored twice, which changes nothing)."""
     try:
-        dispatch.declare_reports_queue()
-        held = dispatch.give_back_held(wire.reports_queue())
+        broker.declare_reports_queue()
+        held = broker.give_back_held(wire.reports_queue())
     except Exception as exc:  # noqa: BLE001 — the broker is not up yet: the inbox declares it when it is
         logger.warning("could not prepare the reports queue: %s", exc)
         return

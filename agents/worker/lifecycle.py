@@ -19,7 +19,7 @@ from django.db import close_old_connections, connections
 from agents.worker import link, local, pool
 from agents.worker.forks import no_fork_meanwhile
 from agents.worker.control import terminate
-from workflows_app import dispatch, outages, wire
+from workflows_app import broker, outages, wire
 from workflows_app.conf import workflows_settings
 from workflows_app.errors import RegistrationError
 from workflows_app.registry import require_workflow_modules
@@ -47,7 +47,7 @@ def _register(name, concurrency):
     link.report(wire.Kind.REGISTER, hostname=socket.gethostname(), pid=os.getpid(), concurrency=concurrency)
     # Messages the earlier run took from this queue and died holding, before its worker takes any.
     try:
-        held = dispatch.give_back_held(name)
+        held = broker.give_back_held(name)
     except Exception as exc:  # noqa: BLE001 — best effort: the broker gives them back at its visibility timeout
         logger.warning("agent %s: could not give back the messages its earlier run held: %s", name, exc)
         return

@@ -19,7 +19,7 @@ import uuid
 import kombu
 
 from agents.worker import local
-from workflows_app import dispatch, wire
+from workflows_app import broker, wire
 from workflows_app.conf import workflows_settings
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class Link:
     # --- the connection ----------------------------------------------------------------------
     def _connect(self):
         if self.connection is None:
-            self.connection = dispatch.reports_connection()
+            self.connection = broker.reports_connection()
             self.producer = kombu.Producer(self.connection, serializer="json")
         return self.connection
 
@@ -76,7 +76,7 @@ class Link:
                 publish = connection.ensure(self.producer, self.producer.publish, max_retries=PUBLISH_RETRIES,
                                             interval_start=0.1, interval_step=0.5, interval_max=PUBLISH_RETRY_MAX_SECONDS,
                                             on_revive=self._revived)
-                publish(body, delivery_mode=2, **dispatch.reports_route())
+                publish(body, delivery_mode=2, **broker.reports_route())
             except Exception as exc:
                 self.close()
                 raise Unreachable(f"the broker did not take a {kind} report: {exc}") from exc

@@ -15,7 +15,7 @@ When it starts, before it takes messages:
 3. it carries on from the database (``engine.recovery``): what was in flight is sent again and
    every active execution is advanced.
 
-Its tick (:class:`Tick`) is the engine's (``engine.timers.tick``) plus the agents' liveness:
+Its tick (:class:`Tick`) is the engine's (``engine.tick.run``) plus the agents' liveness:
 an agent silent for ``AGENT_OFFLINE_AFTER_SECONDS`` lost its started operations. After a
 database outage it saw, the tick does what a starting manager does (2 and 3), once the agents
 have had time to heart-beat again. It asks the workers, now and then, to send again the outcomes
@@ -38,9 +38,9 @@ from django.utils import timezone
 from agents.models import Agent
 from agents.worker import control, inbox, link, local
 from agents.worker.forks import no_fork_meanwhile
-from workflows_app import dispatch, outages, retention
+from workflows_app import broker, outages, retention
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import recovery, reports, timers
+from workflows_app.engine import recovery, reports, tick
 from workflows_app.models import Operation
 from workflows_app.states import EXECUTION_RUNNING, OperationState, StepKind
 
@@ -131,7 +131,7 @@ class Tick:
                            "reconciled once they have heart-beaten", workflows_settings.AGENT_OFFLINE_AFTER_SECONDS)
 
     def _pass(self, now):
-        timers.tick(now)
+        tick.run(now)
         self.purge(now)
         self.lost_outcomes(now)
         since_back = None if self.database_back_at is None else time.monotonic() - self.database_back_at
@@ -170,7 +170,7 @@ class LostOutcomes:
         batch = list(started.order_by("started_at", "pk").values_list("pk", "attempt", "started_at")[:RESEND_BATCH])
         self.after = (batch[-1][2], batch[-1][0]) if len(batch) == RESEND_BATCH else None
         if batch:
-            dispatch.ask_resend_outcomes([(pk, attempt) for pk, attempt, _ in batch])
+            broker.ask_resend_outcomes([(pk, attempt) for pk, attempt, _ in batch])
         return len(batch)
 
 
@@ -220,7 +220,7 @@ class DailyPurge:
 def ask_workers(timeout=REPLY_SECONDS) -> dict:
     """incarnation -> the attempt keys that worker runs, from every worker that answers."""
     return {answer["incarnation"]: set(answer.get("running") or ())
-            for answer in dispatch.ask_running(timeout) if answer.get("incarnation")}
+            for answer in broker.ask_running(timeout) if answer.get("incarnation")}
 
 
 def reconcile_started(started, answers) -> int:

@@ -14,7 +14,7 @@ from celery.utils.text import match_case
 from django.db import close_old_connections, connections
 
 from agents.worker import local
-from workflows_app.dispatch import ADVANCE_TASK
+from workflows_app.broker import ADVANCE_TASK
 
 #: A connection idle longer than this is checked (and closed if dead or too old) before the
 #: next task uses it. Between tasks that follow each other closely it is not: Django's check is
@@ -26,7 +26,7 @@ _last_task_end = [float("-inf")]
 
 def prepare(app):
     """Settings of ``app``'s worker that Switchyard needs whatever the project configured (the
-    tasks carry their own acknowledgement options: ``dispatch.TASK_OPTIONS``).
+    tasks carry their own acknowledgement options: ``broker.TASK_OPTIONS``).
 
     An operation running when the broker connection drops runs on: its result goes to the
     database, not the broker, and what the broker lost is sent again from the database.
@@ -67,7 +67,7 @@ def json_only(app):
     mailbox takes it (and the serializer of its replies) when ``app.control`` is first made, which
     may have been before this (a starting manager asks the workers what they run): the mailbox is
     set here too. The project's ``task_serializer`` is left alone: Switchyard's own messages say
-    ``serializer="json"`` themselves (``workflows_app.dispatch``), and an operation's code may send
+    ``serializer="json"`` themselves (``workflows_app.broker``), and an operation's code may send
     the project's own tasks as the project does, and read their results as it does: results,
     which Switchyard never reads, are accepted as the project's ``accept_content`` said (Celery
     falls back on it when ``result_accept_content`` is unset)."""

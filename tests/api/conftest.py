@@ -20,7 +20,7 @@ from django.contrib.auth.models import Permission
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from workflows_app import dispatch, registry
+from workflows_app import broker, registry
 from workflows_app.api.schema import SchemaGenerator
 
 API = "/api/v1"
@@ -189,7 +189,7 @@ def uncounted_requests():
 def kill_broadcasts(monkeypatch):
     """``kill`` broadcasts to the workers at once (not on commit): recorded here, not sent."""
     sent = []
-    monkeypatch.setattr(dispatch, "broadcast_kill", lambda execution_id, attempts=(), **kw: sent.append(
+    monkeypatch.setattr(broker, "broadcast_kill", lambda execution_id, attempts=(), **kw: sent.append(
         (str(execution_id), list(attempts), kw)))
     return sent
 
@@ -198,5 +198,5 @@ def kill_broadcasts(monkeypatch):
 def advances(monkeypatch):
     """``send_advance`` calls (which run on commit), recorded instead of sent."""
     sent = []
-    monkeypatch.setattr(dispatch, "send_advance", lambda execution_id, workflow_id=None: sent.append(str(execution_id)))
+    monkeypatch.setattr(broker, "send_advance", lambda execution_id, workflow_id=None: sent.append(str(execution_id)))
     return sent

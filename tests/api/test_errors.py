@@ -8,7 +8,7 @@ from kombu.exceptions import OperationalError
 from rest_framework.test import APIClient
 
 from tests.api.conftest import API, assert_error
-from workflows_app import dispatch
+from workflows_app import broker
 from workflows_app import services
 from workflows_app.models import Event, Execution
 from workflows_app.states import ExecutionStatus
@@ -167,7 +167,7 @@ def test_a_broker_that_does_not_answer_is_503(force_user, started, monkeypatch):
     def unreachable(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(dispatch, "broadcast_kill", unreachable)
+    monkeypatch.setattr(broker, "broadcast_kill", unreachable)
     client = APIClient()
     client.force_authenticate(force_user)
     body = assert_error(client.post(f"{API}/executions/{started.pk}", {"action": "kill"}, format="json"), 503,

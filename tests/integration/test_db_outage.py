@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from tests.api.conftest import OPERATOR, make_user
 from tests.integration.harness import describe_execution
-from workflows_app import dispatch, services
+from workflows_app import broker, services
 from workflows_app.models import Event, Execution, Operation
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -85,7 +85,7 @@ def test_a_database_restart_while_work_is_in_flight_loses_no_result_and_runs_not
 
     own_postgres.stop(mode)
     down_at = time.monotonic()
-    assert dispatch.waiting_messages(agent) >= 1
+    assert broker.waiting_messages(agent) >= 1
     assert_database_unavailable(client.post(f"{API}/executions", {"workflow_id": "it_outage",
                                                                    "parameters": {"agent": agent, "prefix": "new"}}, format="json"))
     assert_database_unavailable(client.post(f"{API}/executions/{executions[0].pk}", {"action": "cancel"}, format="json"))

@@ -21,7 +21,7 @@ from workflows_app.models.operation import task_id_for
 from workflows_app.states import EXECUTION_TERMINAL, FailureMode
 
 try:
-    from workflows_app.dispatch import RUNNER_TASK
+    from workflows_app.broker import RUNNER_TASK
 except ImportError:  # the engine's name for the operation runner task (agents/runner.py)
     RUNNER_TASK = "agents.run_operation"
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration.harness import free_port
 from workflows_app import services
-from workflows_app.dispatch import ADVANCE_TASK
+from workflows_app.broker import ADVANCE_TASK
 from workflows_app.models import Operation
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import FailureMode

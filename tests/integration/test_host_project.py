@@ -114,7 +114,7 @@ def build_wheel(workdir: Path, log: Path) -> Path:
 
 def check_wheel(wheel: Path, extras: list[str]):
     """What a host needs of the wheel: the two apps and nothing named ``switchyard`` (this
-    repository's demo project), and the extras this set-up installs. (tests/test_package.py
+    repository's demo project), and the extras this set-up installs. (tests/project/test_package.py
     checks its contents and dependency ranges file by file.)"""
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()

@@ -17,7 +17,7 @@ import pytest
 from celery import current_app
 
 from tests.integration.test_engine import gone
-from workflows_app import dispatch, services
+from workflows_app import broker, services
 from workflows_app.models import Operation
 
 pytestmark = pytest.mark.integration
@@ -77,10 +77,10 @@ def test_a_host_that_accepts_pickle_still_gets_workers_that_take_json_only(stack
 
     # A pickled message of the runner task, to the agent's queue.
     on_queue = tmp_path / "unpickled-from-the-queue"
-    message = app.amqp.as_task_v2(str(uuid.uuid4()), dispatch.RUNNER_TASK, args=[Trap(on_queue), 1])
-    with kombu.Connection(stack.env["CELERY_BROKER_URL"]) as broker:
-        broker.Producer().publish(message.body, exchange="", routing_key=agent, serializer="pickle",
-                                  headers=message.headers, **message.properties)
+    message = app.amqp.as_task_v2(str(uuid.uuid4()), broker.RUNNER_TASK, args=[Trap(on_queue), 1])
+    with kombu.Connection(stack.env["CELERY_BROKER_URL"]) as connection:
+        connection.Producer().publish(message.body, exchange="", routing_key=agent, serializer="pickle",
+                                      headers=message.headers, **message.properties)
     stack.wait_for(lambda: on_queue.exists() or refusals() == 1, 30, "the agent to refuse the pickled task message",
                    lambda: worker.log_tail(40))
     assert not on_queue.exists(), "the agent unpickled a message from its queue"
@@ -88,10 +88,10 @@ def test_a_host_that_accepts_pickle_still_gets_workers_that_take_json_only(stack
     # A pickled remote-control command, broadcast to every worker (the manager too) as Switchyard's kill is.
     by_broadcast = tmp_path / "unpickled-from-a-broadcast"
     pidbox = app.control.mailbox.exchange
-    with kombu.Connection(stack.env["CELERY_BROKER_URL"]) as broker:
-        broker.Producer().publish({"method": dispatch.RUNNING_COMMAND, "arguments": {"trap": Trap(by_broadcast)},
-                                   "destination": None}, exchange=pidbox, routing_key="", serializer="pickle",
-                                  declare=[pidbox])
+    with kombu.Connection(stack.env["CELERY_BROKER_URL"]) as connection:
+        connection.Producer().publish({"method": broker.RUNNING_COMMAND, "arguments": {"trap": Trap(by_broadcast)},
+                                       "destination": None}, exchange=pidbox, routing_key="", serializer="pickle",
+                                      declare=[pidbox])
     stack.wait_for(lambda: by_broadcast.exists() or (refusals() == 2 and refusals(manager) == 1), 30,
                    "the agent and the manager to refuse the pickled command",
                    lambda: worker.log_tail(40) + manager.log_tail(40))

@@ -23,7 +23,7 @@ from agents.worker import local
 from switchyard.celery import app
 from tests.integration.harness import RedisServer, assert_operation_events_consistent, describe_execution
 from tests.integration.test_engine import finish, gone, operations, up
-from workflows_app import dispatch, services
+from workflows_app import broker, services
 from workflows_app.models import Event, Execution, Operation
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -180,7 +180,7 @@ def test_an_outcome_lost_with_the_manager_that_took_it_is_sent_again_by_its_agen
     finished = local._finished_path(s.h1) / local.attempt_key(step.pk, step.attempt)
     stack.wait_for(finished.exists, 30, "the agent to report the step's outcome")
     with app.connection_for_write() as connection:
-        dispatch.reports_queue()(connection.default_channel).purge()
+        broker.reports_queue()(connection.default_channel).purge()
     # As if a minute had passed (the tick asks for attempts started, and the agent sends outcomes
     # of attempts ended, more than RESEND_AFTER_SECONDS ago), without the test waiting for it.
     a_minute_ago = time.time() - 60

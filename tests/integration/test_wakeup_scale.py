@@ -22,7 +22,7 @@ from django.test import override_settings
 from agents.worker.manager import Tick
 from bench.suspended import clone_waiting
 from workflows_app import services
-from workflows_app.engine import dispatcher, timers
+from workflows_app.engine import dispatcher, tick
 from workflows_app.models import Event, Execution, Operation, Wait
 from workflows_app.states import ExecutionStatus, OperationState, WaitOutcome
 
@@ -57,7 +57,7 @@ def many_waiting(transactional_db, outbox, make_execution, make_operation):
     seed_history(make_execution, make_operation)
     with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"]):
         first = services.start("it_events", {"waits": [["go", None]]})
-        dispatcher.advance(first.pk)
+        dispatcher.run_pass(first.pk)
         assert Wait.objects.filter(execution_id=first.pk, outcome=WaitOutcome.WAITING).exists()
         ids = [first.pk, *clone_waiting(first.pk, WAITING - 1)]
         with connection.cursor() as cursor:
@@ -130,15 +130,15 @@ def assert_no_sequential_scan(explained):
 
 
 def test_a_tick_pass_and_a_wake_up_with_100k_waiting_read_through_indexes_only(many_waiting, outbox):
-    timers._last_sweep = None  # this pass sweeps for lost wake-ups too
+    tick._last_sweep = None  # this pass sweeps for lost wake-ups too
     statements = recorded(Tick())
     explained = scans(statements)
     read = {table for _, found in explained for _, table, _ in found}
     assert {Execution._meta.db_table, Wait._meta.db_table, Operation._meta.db_table} <= read, explained
     assert_no_sequential_scan(explained)
-    assert timers._sweep_after is not None, "the sweep read one batch of the started executions, not all of them"
+    assert tick._sweep_after is not None, "the sweep read one batch of the started executions, not all of them"
     # Its work does not grow with the number waiting: no statement reads them all.
-    heavy = [(sql, read) for sql, read in rows_read(statements) if read > timers.SWEEP_BATCH + 100]
+    heavy = [(sql, read) for sql, read in rows_read(statements) if read > tick.SWEEP_BATCH + 100]
     assert not heavy, heavy
 
     execution_id = many_waiting[WAITING // 2]
@@ -146,7 +146,7 @@ def test_a_tick_pass_and_a_wake_up_with_100k_waiting_read_through_indexes_only(m
     def deliver_and_wake():
         services.send_event(execution_id, "go", {"n": 1})
         with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"]):
-            dispatcher.advance(execution_id)
+            dispatcher.run_pass(execution_id)
 
     explained = scans(recorded(deliver_and_wake))
     execution = Execution.objects.get(pk=execution_id)

@@ -1,1 +1,1 @@
-"""The engine: graph logic, canvas compiler, the durable replay context, progress and timers."""
+"""The engine: graph logic, canvas compiler, the durable replay context, progress and tick."""

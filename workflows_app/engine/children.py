@@ -6,7 +6,8 @@ workflow as an execution of its own, and follows it.
   sent (:func:`send`), the child's row is stored (``parent``, ``parent_step``), the step goes
   ``sending`` → ``sent`` → ``started`` and, once that commits, the child is started. A step
   sent again (a resume) finds its child: there is never a second one.
-* A child never writes its parent's rows. Its end wakes the parent (after its commit; the tick
+* A child never writes its parent's rows. Its end wakes the parent (after its commit:
+  :func:`wake_parent_when_ended`, one of ``engine.reactions``; the tick
   looks for a wake-up that was lost: :func:`wake_parents_of_ended`), and the parent's dispatcher
   moves the step under the parent's lock (:func:`follow`): ``succeeded`` with the child's
   payload as its result, ``failed`` with the child's error when the child failed, timed out or
@@ -17,14 +18,12 @@ cancelled), resuming one ``engine.resuming``'s.
 """
 
 from django.db import connection
-from django.dispatch import receiver
 
-from workflows_app import dispatch
+from workflows_app import broker
 from workflows_app.engine import graph, starts
 from workflows_app.errors import ExistingRunningExecution
 from workflows_app.models import Execution, Operation
 from workflows_app.registry import workflow_name
-from workflows_app.signals import execution_status_changed
 from workflows_app.states import (
     EXECUTION_CANCELLING,
     EXECUTION_TERMINAL,
@@ -50,7 +49,7 @@ def send(execution, operations):
     or find the one it has; the step ends up ``started``. A child refused by its own deployment
     (``ExistingRunningExecution``) is never stored: its step fails with that error. Returns the
     steps it started. Either is seen by a pass of the parent without a message of its own: the
-    pass that stored the step (``WorkflowContext._store``) or the one its resume sends, which
+    pass that stored the step (``Replay.store``) or the one its resume sends, which
     follows a child that had ended and could not be resumed."""
     started = []
     for step in operations:
@@ -128,10 +127,10 @@ def _outcome(child, *, parent_stopping):
     return OperationState.FAILED, {"error": error}
 
 
-@receiver(execution_status_changed, dispatch_uid="switchyard-child-ended")
-def _wake_parent(sender, execution, source, target, **kwargs):
+def wake_parent_when_ended(execution, source, target, event):
+    """A reaction: a child that ended wakes its parent, whose pass moves the child's step."""
     if target in EXECUTION_TERMINAL and execution.parent_id is not None:
-        dispatch.send_advance(execution.parent_id)
+        broker.send_advance(execution.parent_id)
 
 
 def wake_parents_of_ended():
@@ -146,5 +145,5 @@ def wake_parents_of_ended():
              .values_list("parent_id", "parent_step"))
     parents = {parent for parent, step in ended if (parent, step) in started}
     for pk in parents:
-        dispatch.send_advance(pk)
+        broker.send_advance(pk)
     return len(parents)

@@ -1,4 +1,4 @@
-"""The dispatcher: one run of ``advance(execution_id)`` on a manager.
+"""The dispatcher: one pass over an execution (:func:`run_pass`), on a manager, when an advance asks for it.
 
 It takes the execution's row lock (one advancer at a time, on any manager), starts a pending
 execution, applies the failure mode while a step's failure is unhandled, runs the workflow
@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from workflows_app import db, outages, values
 from workflows_app.engine import children, failures, live, policy, stopping
-from workflows_app.engine.context import WorkflowCancelled, WorkflowContext, WorkflowFailed
+from workflows_app.engine.context import WorkflowCancelled, WorkflowFailed
 from workflows_app.engine.handles import Suspend
-from workflows_app.engine.steps import cancel_in_states
+from workflows_app.engine.replay import Replay
 from workflows_app.errors import RegistrationError, StepFailed
 from workflows_app.models import Execution, Operation
 from workflows_app.registry import get_workflow
@@ -34,11 +34,12 @@ from workflows_app.transitions import execution_transition
 logger = logging.getLogger(__name__)
 
 
-def advance(execution_id):
+def run_pass(execution_id):
+    """One pass over the execution, under its row lock (an advance message asks for it: ``tasks.advance``)."""
     with transaction.atomic():
         execution = _lock(execution_id)
         if execution is None:
-            logger.warning("advance: execution %s does not exist", execution_id)
+            logger.warning("pass: execution %s does not exist", execution_id)
             return
         # A pending execution never ran: it has no steps to read.
         new = execution.status == ExecutionStatus.PENDING
@@ -105,7 +106,7 @@ def _run(execution, run, *, new=False):
         return run  # the code raised: its next try waits for its backoff, which the tick ends
 
     if run is None:
-        run = live.start(WorkflowContext(execution, operations), definition.func, execution.parameters)
+        run = live.start(Replay(execution, operations), definition.func, execution.parameters)
     raised, trace = None, ""
     try:
         raised = run.step()
@@ -113,17 +114,17 @@ def _run(execution, run, *, new=False):
         if outages.is_outage(exc):
             raise  # the database went away under the code, which did nothing wrong: the pass runs again
         raised, trace = exc, traceback.format_exc()
-    _conclude(execution, run.ctx, raised, trace, retries)
+    _conclude(execution, run.replay, raised, trace, retries)
     return run
 
 
-def _conclude(execution, ctx, raised, trace, retries):
+def _conclude(execution, replay, raised, trace, retries):
     """What the function's run (or replay) leads to. The payload it set is kept in every case."""
-    _save_payload(execution, ctx)
-    if ctx._nondeterminism is not None:  # even if the code caught it
-        return end(execution, ExecutionStatus.FAILED, str(ctx._nondeterminism))
+    _save_payload(execution, replay)
+    if replay.nondeterminism is not None:  # even if the code caught it
+        return end(execution, ExecutionStatus.FAILED, str(replay.nondeterminism))
     if raised is None or isinstance(raised, Suspend):
-        return _settle(execution, ctx, suspended=raised is not None)
+        return _settle(execution, replay, suspended=raised is not None)
     if isinstance(raised, WorkflowCancelled):
         return end(execution, ExecutionStatus.CANCELLED, str(raised) or "cancelled by the workflow")
     if isinstance(raised, WorkflowFailed):
@@ -135,23 +136,23 @@ def _conclude(execution, ctx, raised, trace, retries):
     end(execution, ExecutionStatus.FAILED, f"the workflow function raised:\n{trace}")
 
 
-def _settle(execution, ctx, *, suspended):
+def _settle(execution, replay, *, suspended):
     """The function returned or suspended: what it showed and went on past is handled; a
     failure it never saw fails the execution — at once in no_new_calls and fail_fast (that
     replay was its chance), at its end in continue_while_possible (the rest runs on)."""
-    failures.record_handled(execution, ctx)
-    unseen = ctx._unhandled_failures()
+    failures.record_handled(execution, replay)
+    unseen = replay.unhandled_failures()
     if unseen and not (suspended and execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE):
-        first = failures.earliest([ctx._operations[name] for name in unseen])
+        first = failures.earliest([replay.operations[name] for name in unseen])
         return end(execution, ExecutionStatus.FAILED, failures.describe(execution, first.name))
     if not suspended:
-        # The pass read every step it had not seen end (``WorkflowContext._open``): with none
+        # The pass read every step it had not seen end (``Replay.steps_open``): with none
         # left, there is nothing to cancel, and no query to ask.
-        end(execution, ExecutionStatus.COMPLETED, steps_open=bool(ctx._open))
+        end(execution, ExecutionStatus.COMPLETED, steps_open=replay.steps_open)
 
 
-def _save_payload(execution, ctx):
-    if ctx._payload_changed:
+def _save_payload(execution, replay):
+    if replay.payload_changed:
         Execution.objects.filter(pk=execution.pk).update(payload=execution.payload)
 
 
@@ -162,7 +163,7 @@ def end(execution, status, error="", *, steps_open=True):
     False when the caller knows that every step has ended."""
     error = values.clean_text(error)  # a reason or traceback from workflow code may quote anything
     if steps_open:
-        cancel_in_states(execution, OPERATION_ACTIVE, f"the execution ends {status}")
+        stopping.cancel_in_states(execution, OPERATION_ACTIVE, f"the execution ends {status}")
     fields = {"error": error} if error else {}
     # The dispatcher's fence: only while the token it read is current (a kill or resume renews it).
     fence = execution.token_hash or None

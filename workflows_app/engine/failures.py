@@ -21,7 +21,7 @@ from datetime import timedelta
 
 from workflows_app import values
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import policy, reports, steps, waits
+from workflows_app.engine import policy, reports, stopping, waits
 from workflows_app.models import Event, Operation, Wait
 from workflows_app.states import (
     OPERATION_NOT_STARTED,
@@ -45,17 +45,17 @@ def before_replay(execution, operations, now) -> bool:
         return False
     if execution.failure_mode == FailureMode.CONTINUE_WHILE_POSSIBLE:
         if any(op.state == OperationState.PENDING for op in operations):
-            steps.cancel_dependents(execution, unhandled, {op.name: op for op in operations})
+            stopping.cancel_dependents(execution, unhandled, {op.name: op for op in operations})
         return False
     first = earliest(unhandled)
     # Chosen by their state now, not as loaded: a step an agent started meanwhile is running.
     message = f"not started: {first.name} failed"
-    steps.cancel_in_states(execution, OPERATION_NOT_STARTED, message, error=steps.cancelled_error(message, first.name))
+    stopping.cancel_in_states(execution, OPERATION_NOT_STARTED, message, error=stopping.cancelled_error(message, first.name))
     waited_enough = first.failed_at + timedelta(seconds=execution.wait_after_fail) <= now
     if execution.failure_mode == FailureMode.FAIL_FAST or waited_enough:
         reason = "fail_fast" if execution.failure_mode == FailureMode.FAIL_FAST else "wait_after_fail ran out"
         message = f"cancelled ({reason}): {first.name} failed"
-        steps.cancel_in_states(execution, [OperationState.STARTED], message, error=steps.cancelled_error(message, first.name))
+        stopping.cancel_in_states(execution, [OperationState.STARTED], message, error=stopping.cancelled_error(message, first.name))
     operations[:] = Operation.objects.filter(execution_id=execution.pk)
     if any(not op.is_terminal for op in operations):
         return True
@@ -96,15 +96,15 @@ def _still_stopping(execution, first, operations, now) -> bool:
     return bool(was_running - gone)
 
 
-def record_handled(execution, ctx):
+def record_handled(execution, replay):
     """The failures this replay showed the code, which went on past them, are handled: they no
     longer stop new calls, and each gets a ``log`` event saying so."""
-    names = sorted(ctx._handled_failures())
+    names = sorted(replay.handled_failures())
     if not names:
         return
     Operation.objects.filter(execution_id=execution.pk, name__in=names, state=OperationState.FAILED).update(
         failure_handled=True)
-    ctx._handled(names)
+    replay.mark_handled(names)
     Event.objects.bulk_create([
         Event(execution_id=execution.pk, operation=name, type=EventType.LOG, data={"failure_handled": True},
               message=f"the workflow was shown the failure of {name} (StepFailed) and went on: handled")

@@ -3,21 +3,19 @@ combinators ``all_of`` / ``any_of`` / ``none_of`` over them.
 
 A handle reads the state its pass loaded; it never queries. ``wait()`` returns, raises the
 step's failure, or *suspends* the workflow when the step is not done
-(``WorkflowContext._suspend``): the dispatcher then commits what the pass stored. Replay ends
+(``Replay.suspend``, ``engine.replay``): the dispatcher then commits what the pass stored. Replay ends
 the pass with ``Suspend``; a live run (``engine.live``) looks again when its next pass resumes
-it — a wait handle settles its stored wait again first (``_refresh``).
+it — a wait handle settles its stored wait again first (``refresh``).
 
 When a wait shows the workflow code a failed step (it raises ``StepFailed``, or ``any_of`` /
-``none_of`` answer over it), the context notes that the code has seen that failure
-(``WorkflowContext._saw``): if the code goes on, the failure is handled.
+``none_of`` answer over it), the run notes that the code has seen that failure
+(``Replay.saw``): if the code goes on, the failure is handled.
 """
 
 from workflows_app.engine import waits
 from workflows_app.errors import EventTimeout, StepFailed
-from workflows_app.states import OperationState, WaitOutcome
+from workflows_app.states import OPERATION_ENDED_BADLY, OperationState, WaitOutcome
 
-#: A step that ended without succeeding.
-ENDED_BADLY = (OperationState.FAILED, OperationState.CANCELLED)
 
 
 class Suspend(BaseException):
@@ -26,19 +24,19 @@ class Suspend(BaseException):
 
 
 class _Handle:
-    def _refresh(self):
+    def refresh(self):
         """After a live run resumed: nothing to do for a step (the pass read its row again)."""
 
 
 class StepHandle(_Handle):
     """A step started by ``ctx.execute`` (or a graph node): ``wait()``, ``result()``, ``state``."""
 
-    def __init__(self, ctx, name):
-        self._ctx, self.name = ctx, name
+    def __init__(self, replay, name):
+        self._replay, self.name = replay, name
 
     @property
     def _operation(self):
-        return self._ctx._operations[self.name]
+        return self._replay.operations[self.name]
 
     @property
     def state(self):
@@ -53,17 +51,17 @@ class StepHandle(_Handle):
         while True:
             operation = self._operation
             if operation.state == OperationState.SUCCEEDED:
-                self._ctx._awaited([self.name])
+                self._replay.awaited([self.name])
                 return operation.result
-            if operation.state in ENDED_BADLY:
-                raise self._ctx._step_failed([operation])
-            self._ctx._suspend(self.name)
+            if operation.state in OPERATION_ENDED_BADLY:
+                raise self._replay.step_failed([operation])
+            self._replay.suspend(self.name)
 
     result = wait
 
     def cancel(self):
         """``ctx.cancel_step(self)``: True if the step was cancelled now, False if it had ended."""
-        return self._ctx.cancel_step(self)
+        return self._replay.cancel_step(self)
 
     def __repr__(self):
         return f"<StepHandle {self.name} {self._operation.state}>"
@@ -88,14 +86,14 @@ class WaitHandle(_Handle):
     workflow. ``state`` is an ``OperationState``: ``started`` while waiting, ``succeeded``,
     ``failed`` (timed out) or ``cancelled``."""
 
-    def __init__(self, ctx, key):
-        self._ctx, self.name = ctx, key
+    def __init__(self, replay, key):
+        self._replay, self.name = replay, key
 
     @property
     def _wait(self):
-        return self._ctx._stored_waits()[self.name]
+        return self._replay.stored_wait(self.name)
 
-    def _refresh(self):
+    def refresh(self):
         waits.settle(self._wait)
 
     @property
@@ -119,20 +117,21 @@ class WaitHandle(_Handle):
                 raise EventTimeout(wait.name, wait.timeout)
             if wait.outcome == WaitOutcome.CANCELLED:
                 raise StepFailed(self.name, {"type": "Cancelled", "message": "the wait was cancelled"})
-            self._ctx._suspend(self.name, [self])
+            self._replay.suspend(self.name, [self])
 
     result = wait
 
     def cancel(self):
         """``ctx.cancel_step(self)``: True if the wait was cancelled now, False if it had ended."""
-        return self._ctx.cancel_step(self)
+        self._replay.check_in_pass()
+        return waits.cancel(self._wait)
 
     def __repr__(self):
         return f"<WaitHandle {self.name} {self._wait.outcome}>"
 
 
 def _failed_steps(handles):
-    return [h._operation for h in handles if isinstance(h, StepHandle) and h.state in ENDED_BADLY]
+    return [h._operation for h in handles if isinstance(h, StepHandle) and h.state in OPERATION_ENDED_BADLY]
 
 
 def _ended_steps(handles):
@@ -144,20 +143,20 @@ class AllOf:
     """``ctx.all_of(*handles)``: ``wait()`` is the list of their results; a failure anywhere
     fails the whole at once, before the rest has ended."""
 
-    def __init__(self, ctx, handles):
-        self._ctx, self.handles = ctx, handles
+    def __init__(self, replay, handles):
+        self._replay, self.handles = replay, handles
 
     def wait(self):
         while True:
             failed = _failed_steps(self.handles)
             if failed:
-                raise self._ctx._step_failed(failed)
+                raise self._replay.step_failed(failed)
             for handle in self.handles:  # a wait that timed out or was cancelled raises its own error
-                if handle.state in ENDED_BADLY:
+                if handle.state in OPERATION_ENDED_BADLY:
                     handle.wait()
             if all(handle.done for handle in self.handles):
                 return [handle.wait() for handle in self.handles]
-            self._ctx._suspend("all_of", self.handles)
+            self._replay.suspend("all_of", self.handles)
 
     result = wait
 
@@ -166,17 +165,17 @@ class AnyOf:
     """``ctx.any_of(*handles)``: ``wait()`` is the result of the first that succeeded (in the
     given order); once every one ended without succeeding, the first one's failure."""
 
-    def __init__(self, ctx, handles):
-        self._ctx, self.handles = ctx, handles
+    def __init__(self, replay, handles):
+        self._replay, self.handles = replay, handles
 
     def wait(self):
         while True:
             winner = next((handle for handle in self.handles if handle.state == OperationState.SUCCEEDED), None)
             if winner is not None or all(handle.done for handle in self.handles):
                 break
-            self._ctx._suspend("any_of", self.handles)
-        self._ctx._saw(_failed_steps(self.handles))  # "any" accepts the others' failures
-        self._ctx._awaited(_ended_steps(self.handles))
+            self._replay.suspend("any_of", self.handles)
+        self._replay.saw(_failed_steps(self.handles))  # "any" accepts the others' failures
+        self._replay.awaited(_ended_steps(self.handles))
         return (winner or self.handles[0]).wait()  # none succeeded: the first one's failure
 
     result = wait
@@ -192,17 +191,17 @@ class NoneOf:
     answers over count as handled). The usual use:
     ``if ctx.none_of(approval_a, approval_b).wait(): escalate()``."""
 
-    def __init__(self, ctx, handles):
-        self._ctx, self.handles = ctx, handles
+    def __init__(self, replay, handles):
+        self._replay, self.handles = replay, handles
 
     def wait(self):
         while True:
             succeeded = any(handle.state == OperationState.SUCCEEDED for handle in self.handles)
             if succeeded or all(handle.done for handle in self.handles):
                 break
-            self._ctx._suspend("none_of", self.handles)
-        self._ctx._saw(_failed_steps(self.handles))
-        self._ctx._awaited(_ended_steps(self.handles))
+            self._replay.suspend("none_of", self.handles)
+        self._replay.saw(_failed_steps(self.handles))
+        self._replay.awaited(_ended_steps(self.handles))
         return not succeeded
 
     result = wait

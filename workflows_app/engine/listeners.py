@@ -1,4 +1,5 @@
-"""Lifecycle listeners (Axon's): called after an execution's status change is committed.
+"""Lifecycle listeners (Axon's): called after an execution's status change is committed
+(:func:`call`, one of ``engine.reactions``).
 
 ``@wf.on_success`` / ``on_failure`` / ``on_cancellation`` / ``on_timeout`` and
 ``register_status_listener(status, fn, workflow=None)`` are called ``fn(status, ctx)``. A
@@ -7,12 +8,13 @@ listener that raises is recorded as a ``listener_failed`` event and changes noth
 
 import logging
 
-from django.dispatch import receiver
-
+from workflows_app.engine.context import WorkflowContext
+from workflows_app.engine.replay import Replay
 from workflows_app.errors import RegistrationError
 from workflows_app.models import Operation
-from workflows_app.signals import execution_status_changed
+from workflows_app.registry import get_workflow
 from workflows_app.states import EventType, ExecutionStatus
+from workflows_app.transitions import record_event
 
 logger = logging.getLogger(__name__)
 
@@ -29,12 +31,8 @@ def unregister_status_listener(status, fn, workflow=None):
     _status_listeners.remove((ExecutionStatus(status), fn, workflow))
 
 
-@receiver(execution_status_changed, dispatch_uid="switchyard-lifecycle-listeners")
-def _call_listeners(sender, execution, source, target, **kwargs):
-    from workflows_app.engine.context import WorkflowContext
-    from workflows_app.registry import get_workflow
-    from workflows_app.transitions import record_event
-
+def call(execution, source, target, event):
+    """A reaction: the listeners of ``target`` (of this workflow, or of any) are called, in order."""
     listeners = [fn for status, fn, wf in _status_listeners if status == target and wf in (None, execution.workflow_id)]
     try:
         listeners += get_workflow(execution.workflow_id).listeners.get(target, [])
@@ -42,7 +40,7 @@ def _call_listeners(sender, execution, source, target, **kwargs):
         pass
     if not listeners:
         return
-    ctx = WorkflowContext(execution, Operation.objects.filter(execution_id=execution.pk))
+    ctx = WorkflowContext(Replay(execution, Operation.objects.filter(execution_id=execution.pk)))
     for fn in listeners:
         try:
             fn(ExecutionStatus(target), ctx)

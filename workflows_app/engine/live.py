@@ -32,6 +32,7 @@ import greenlet
 from django.db import transaction
 
 from workflows_app.conf import workflows_settings
+from workflows_app.engine.context import WorkflowContext
 from workflows_app.engine.handles import Suspend
 from workflows_app.states import ExecutionStatus
 
@@ -40,16 +41,16 @@ class Run:
     """One run of a workflow function: in a greenlet when the cache is on, else a plain call
     that replay ends with ``Suspend``."""
 
-    def __init__(self, ctx, func, parameters, *, live):
-        self.ctx = ctx
+    def __init__(self, replay, func, parameters, *, live):
+        self.replay = replay
         self.passes = None
         self._func, self._parameters = func, parameters
         self._greenlet = greenlet.greenlet(self._main) if live else None
         if live:
-            ctx._live = self
+            replay.attach(self)
 
     def _main(self):
-        return self._func(self.ctx, **self._parameters)
+        return self._func(WorkflowContext(self.replay), **self._parameters)
 
     @property
     def live(self):
@@ -66,11 +67,11 @@ class Run:
             return None
         # The dispatcher that resumes it is the one it comes back to.
         self._greenlet.parent = greenlet.getcurrent()
-        self.ctx._in_pass = True
+        self.replay.enter_pass()
         try:
             outcome = self._greenlet.switch()
         finally:
-            self.ctx._in_pass = False
+            self.replay.leave_pass()
         return None if self._greenlet.dead else outcome
 
     def suspend(self, name):
@@ -88,7 +89,7 @@ class Run:
             self._greenlet.parent = greenlet.getcurrent()
             self._greenlet.throw(greenlet.GreenletExit)
         if self.live:
-            self.ctx._live = CLOSED
+            self.replay.attach(CLOSED)
 
 
 class _Closed:
@@ -119,8 +120,8 @@ def enabled() -> bool:
     return workflows_settings.WORKFLOW_CACHE_SIZE > 0
 
 
-def start(ctx, func, parameters) -> Run:
-    return Run(ctx, func, parameters, live=enabled())
+def start(replay, func, parameters) -> Run:
+    return Run(replay, func, parameters, live=enabled())
 
 
 def take(execution):
@@ -129,7 +130,7 @@ def take(execution):
     run = _cache.runs.pop(execution.pk, None)
     if run is None:
         return None
-    if run.ctx._execution.token_hash != execution.token_hash or not run.ctx._catch_up(execution, run.passes):
+    if run.replay.execution.token_hash != execution.token_hash or not run.replay.catch_up(execution, run.passes):
         run.close()
         return None
     return run

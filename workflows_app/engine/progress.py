@@ -10,7 +10,7 @@ import functools
 from django.db import connection, transaction
 from django.utils import timezone
 
-from workflows_app import db, dispatch
+from workflows_app import broker, db
 from workflows_app.engine import children, policy
 from workflows_app.models import Execution, Operation
 from workflows_app.states import (
@@ -55,13 +55,13 @@ SENT_BATCH = 50
 
 
 def publish(operations):
-    """Send each operation's current attempt (``dispatch.send_operations``), then record those
+    """Send each operation's current attempt (``broker.send_operations``), then record those
     still ``sending`` as ``sent`` (not one the agent or a cancel already moved on), a batch at a
     time. Run after commit, or from stored state (the tick, a manager that starts)."""
     operations = list(operations)
     for start in range(0, len(operations), SENT_BATCH):
         batch = operations[start:start + SENT_BATCH]
-        dispatch.send_operations(batch)
+        broker.send_operations(batch)
         # Those the agent (or a cancel) already moved on are left out, as they should be.
         operations_transition([op for op in batch if op.state == OperationState.SENDING], OperationState.SENT)
 
@@ -95,7 +95,7 @@ def _ready(execution, operations, failed):
 
 def _holding(execution, operations):
     """``operations``, each holding ``execution``: their messages are named after its workflow
-    without a query (``dispatch.send_operations``)."""
+    without a query (``broker.send_operations``)."""
     for operation in operations:
         operation.execution = execution
     return operations

@@ -16,7 +16,7 @@ Which ``started`` operations still run is for the workers to say: a starting man
 import logging
 import time
 
-from workflows_app import dispatch
+from workflows_app import broker
 from workflows_app.engine import progress
 from workflows_app.models import Execution, Operation
 from workflows_app.states import EXECUTION_RUNNING, ExecutionStatus, OperationState
@@ -29,7 +29,7 @@ def carry_on_executions() -> int:
     active = [ExecutionStatus.PENDING, *EXECUTION_RUNNING]
     pks = list(Execution.objects.filter(status__in=active).values_list("pk", flat=True))
     for pk in pks:
-        dispatch.send_advance(pk)
+        broker.send_advance(pk)
     return len(pks)
 
 
@@ -56,7 +56,7 @@ class BrokerWatch:
         if time.monotonic() - self.checked_at < every:
             return False
         self.checked_at = time.monotonic()
-        identity = dispatch.broker_identity()
+        identity = broker.broker_identity()
         previous, self.identity = self.identity, identity
         if previous is None or identity is None or identity == previous:
             return False

@@ -18,8 +18,8 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from workflows_app import db, dispatch, values
-from workflows_app.engine import policy, progress, steps
+from workflows_app import broker, db, values
+from workflows_app.engine import policy, progress, stopping
 from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Operation, OperationDependency
 from workflows_app.states import EventType, ExecutionStatus, FailureMode, OperationState
@@ -49,7 +49,7 @@ def record_success(operation, attempt, result):
         ready, still_waiting, failed = _count_down_dependents(operation)
         sent = progress.send_ready(execution, ready, failed) if ready else []
         if operation.awaited:
-            transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
+            broker.send_advance_on_commit(execution)
         elif not sent and not (still_waiting and execution.failure_mode != FailureMode.CONTINUE_WHILE_POSSIBLE):
             # Not idle when it just sent something, nor when a dependent still waits for another
             # dependency: that one is in flight, due for a retry, or failed — and outside
@@ -70,7 +70,7 @@ def _wake_if_idle(execution):
     looks, so the later one to look sees both and wakes the workflow (both may: an advance with
     nothing to do is harmless)."""
     if not progress.can_progress(execution):
-        dispatch.send_advance(execution.pk, execution.workflow_id)
+        broker.send_advance(execution.pk, execution.workflow_id)
 
 
 def _count_down_dependents(operation):
@@ -128,9 +128,9 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"error": error})
         if stop_process:
-            steps.stop_attempts(execution.pk, [(operation.pk, attempt)])
+            stopping.stop_attempts(execution.pk, [(operation.pk, attempt)])
         if target == OperationState.FAILED:
-            transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
+            broker.send_advance_on_commit(execution)
     return True
 
 
@@ -156,7 +156,7 @@ def record_cancelled(operation, attempt, error):
                                  message=error.get("message", "")[:500])
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"error": error})
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
+        broker.send_advance_on_commit(execution)
     return True
 
 
@@ -179,7 +179,7 @@ def record_processes_gone(attempts):
                                         failure_handled=False)
                .order_by().values_list("execution_id", flat=True).distinct())
     for execution_id in waiting:
-        dispatch.send_advance(execution_id)
+        broker.send_advance(execution_id)
 
 
 def record_log(execution_id, step, message, data):

@@ -1,23 +1,20 @@
 """Resume and force-resume, once the service allowed them: the execution is
 ``started`` again with a new token, the children its reset steps follow are resumed the same
-way, its steps are reset (``steps.reset``), a backoff of its workflow code is skipped, and its
+way, its steps are reset (:func:`reset`), a backoff of its workflow code is skipped, and its
 dispatcher is sent once this commits.
 
 Runs in the caller's transaction, under the execution's row lock; a child's row is locked after
 its parent's, as a stop locks them (``engine.stopping``).
 """
 
-from django.db import transaction
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 
-from workflows_app import dispatch
-from workflows_app.engine import failures, progress, steps
-from workflows_app.models import Execution, Operation
-from workflows_app.states import ExecutionStatus, StepKind
-from workflows_app.transitions import execution_transition
-
-#: A child its parent's resume resumes: one that failed or was cancelled. One that completed has
-#: a succeeded step, never reset; one that timed out cannot be resumed, so its step fails again.
-CHILD_RESUMABLE = (ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+from workflows_app import broker
+from workflows_app.engine import failures, progress, stopping
+from workflows_app.models import Execution, Operation, OperationDependency
+from workflows_app.states import EXECUTION_CHILD_RESUMABLE, ExecutionStatus, OperationState, StepKind
+from workflows_app.transitions import execution_transition, operation_transition
 
 
 def resume(execution, action, states) -> Execution:
@@ -28,16 +25,39 @@ def resume(execution, action, states) -> Execution:
                          message=f"{action} requested ({previous} -> started)",
                          data={"action": action, "error": execution.error[:2000]})
     _resume_children(execution, action, states)
-    steps.reset(execution, states, f"reset by {action}")
+    reset(execution, states, f"reset by {action}")
     failures.skip_backoff(execution)
-    transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
+    broker.send_advance_on_commit(execution)
     return execution
 
 
 def _resume_children(parent, action, states):
     reset = Operation.objects.filter(execution_id=parent.pk, kind=StepKind.WORKFLOW, state__in=states).values("name")
-    children = Execution.objects.filter(parent_id=parent.pk, parent_step__in=reset, status__in=CHILD_RESUMABLE)
+    children = Execution.objects.filter(parent_id=parent.pk, parent_step__in=reset, status__in=EXECUTION_CHILD_RESUMABLE)
     for pk in children.values_list("pk", flat=True):
         child = progress.lock_execution(pk)
-        if child.status in CHILD_RESUMABLE:
+        if child.status in EXECUTION_CHILD_RESUMABLE:
             resume(child, f"{action} of its parent", states)
+
+
+def reset(execution, states, message):
+    """Resume's reset: the execution's operations in ``states`` go back to ``pending``
+    with ``current_retries = 0`` (a handled failure is forgotten with its failure); the
+    dependencies still to succeed are counted again; every pending operation whose dependencies
+    have all succeeded is sent. Whatever process of a reset attempt may still run is stopped
+    once this commits (its attempt is over: a report from it is stale), so a step never runs
+    twice at once."""
+    superseded = []
+    for operation in Operation.objects.filter(execution_id=execution.pk, state__in=states):
+        if operation.started_at is not None and operation.kind == StepKind.OPERATION:
+            superseded.append((operation.pk, operation.attempt))
+        operation_transition(operation, OperationState.PENDING, message=message, current_retries=0,
+                             next_attempt_at=None, error=None, result=None, failure_handled=False)
+    unfinished = (OperationDependency.objects.filter(operation_id=OuterRef("pk"))
+                  .exclude(depends_on__state=OperationState.SUCCEEDED)
+                  .order_by().values("operation_id").annotate(n=Count("pk")).values("n"))
+    pending = Operation.objects.filter(execution_id=execution.pk, state=OperationState.PENDING)
+    pending.update(pending_dependencies=Coalesce(Subquery(unfinished), 0))
+    progress.send_ready(execution, list(pending.filter(pending_dependencies=0)))
+    if superseded:
+        stopping.stop_attempts(execution.pk, superseded)

@@ -5,9 +5,9 @@ from contextlib import nullcontext
 
 from django.db import transaction
 
-from workflows_app import dispatch, values
+from workflows_app import broker, values
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import queueing
+from workflows_app.engine import deployments
 from workflows_app.errors import ExistingRunningExecution, ParameterError, ValueRefused
 from workflows_app.models import Event, Execution
 from workflows_app.registry import get_workflow
@@ -60,10 +60,10 @@ def create(execution, created, *, queue=False, force=False) -> Execution:
     # (or, in a caller's transaction, once it commits).
     with transaction.atomic() if checks_holder else nullcontext():
         create_execution(execution, created)
-        holder = queueing.active_of(execution.deployment_id) if checks_holder else None
+        holder = deployments.active_of(execution.deployment_id) if checks_holder else None
         if holder is not None and holder != execution.pk:
             if not queue:
                 raise ExistingRunningExecution(execution.deployment_id, holder)  # rolls the new row back
             return execution_transition(execution, ExecutionStatus.QUEUED, message=f"queued behind {holder}")
-        transaction.on_commit(lambda: dispatch.send_advance(execution.pk, execution.workflow_id))
+        broker.send_advance_on_commit(execution)
     return execution

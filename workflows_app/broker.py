@@ -1,0 +1,369 @@
+"""Every call to the broker: the only code that sends Celery messages, broadcasts remote-control
+commands or asks the broker anything. A message names ids (and an attempt), never state; this
+module writes no state either (the engine records what was sent).
+
+The Celery app is the project's own, ``celery.current_app`` (Celery's Django convention: the
+project's ``celery.py`` defines it, its package imports it, and Celery's Django fix-up makes it
+the default app of every thread).
+
+Callers run these from ``transaction.on_commit`` so a message never names a row that is not
+committed yet: the engine's wake-ups through :func:`send_advance_on_commit`.
+
+Every message says ``ignore_result=True`` itself. ``send_task`` does not read the task's or
+the app's ``ignore_result`` (``task_ignore_result``): left out, the message says ``False``, which
+overrides both in the worker. Each message would then make the sender subscribe to its result
+channel, and the worker store a result in Redis and publish it. The result belongs in the
+database, so neither is needed.
+
+Every message also carries Celery's monitoring headers (``shadow``, ``argsrepr``,
+``kwargsrepr``: :func:`operation_headers`, :func:`advance_headers`), so Flower, ``celery
+events`` and the workers' logs name the workflow, the step and the operation instead of
+``agents.run_operation`` and two ids. They only describe the message: its args are what the
+worker reads.
+
+Everything sent here is JSON, whatever the project's ``task_serializer`` or
+``event_serializer`` say: Switchyard's workers accept nothing else
+(``agents.worker.pool.json_only``). Messages say ``serializer="json"``; their ``task-sent``
+events and the remote-control commands go through a dispatcher and a remote-control client of
+Switchyard's own (:func:`_event_dispatcher`, :func:`_control`), set to JSON.
+"""
+
+import functools
+import json
+import logging
+
+import kombu
+from celery import current_app
+from celery.utils.imports import instantiate
+from django.db import transaction
+
+from workflows_app import wire
+from workflows_app.conf import workflows_settings
+from workflows_app.models import Execution, Operation
+from workflows_app.models.operation import task_id_for
+from workflows_app.signing import attempt_secret
+
+logger = logging.getLogger(__name__)
+
+ADVANCE_TASK = "workflows_app.advance"
+RUNNER_TASK = "agents.run_operation"
+#: The options both tasks carry themselves, whatever the project's Celery settings say: a message
+#: is acknowledged only after its task ran (and given back when its worker process dies), so a
+#: message is never lost with a worker; fencing makes a second delivery harmless. The result
+#: belongs in the database.
+TASK_OPTIONS = {"ignore_result": True, "acks_late": True, "reject_on_worker_lost": True,
+                "acks_on_failure_or_timeout": True}
+#: The remote-control commands every Switchyard worker registers (``agents.worker.control``).
+KILL_COMMAND = "switchyard_kill"
+CANCEL_COMMAND = "switchyard_cancel"
+RUNNING_COMMAND = "switchyard_running"
+RESEND_COMMAND = "switchyard_resend_outcomes"
+#: The one serializer of everything Switchyard sends.
+SERIALIZER = "json"
+
+
+def project_app():
+    """The project's Celery app (the current one where Django was set up), or None when the
+    project defines none and ``current_app`` is only Celery's unconfigured fallback."""
+    app = current_app._get_current_object()
+    return None if app.main == "default" and not app.fixups else app
+
+
+#: Between the parts of a name shown in Flower: ``install › create_vm (create_vm)``.
+NAME_SEPARATOR = " › "
+
+
+def operation_headers(workflow_id, operation) -> dict:
+    """Celery's monitoring headers for the message of ``operation``'s current attempt.
+
+    ``shadow``, the name Flower lists and filters by (``taskname``), is ``<workflow> › <step>
+    (<operation>)``: the same for every attempt, so the filter finds them all (the attempt is in
+    the task id and ``argsrepr``). ``argsrepr`` says what the runner's two args stand for.
+    ``kwargsrepr`` is the whole context as a Python literal, which Flower's search reads as
+    key/value pairs: ``kwargs:execution=<id>`` lists every message of an execution,
+    ``kwargs:step=<name>`` one step's. ``workflow_id`` may be None (not known): the name then
+    starts at the step."""
+    execution_id = str(operation.execution_id)
+    step = f"{operation.name} ({operation.operation})"
+    context = {"workflow": workflow_id, "execution": execution_id, "step": operation.name,
+               "operation": operation.operation}
+    return {
+        "shadow": NAME_SEPARATOR.join([workflow_id, step]) if workflow_id else step,
+        "argsrepr": f"(execution={execution_id!r}, step={operation.name!r}, attempt={operation.attempt})",
+        "kwargsrepr": _literal(context),
+    }
+
+
+def advance_headers(execution_id, workflow_id=None) -> dict:
+    """Celery's monitoring headers for an ``advance`` message: ``advance › <workflow>`` when the
+    sender knows the workflow (no query is made to learn it), else Celery's own task name; the
+    execution in ``argsrepr`` and, searchable as for an operation, in ``kwargsrepr``."""
+    execution_id = str(execution_id)
+    headers = {
+        "argsrepr": f"(execution={execution_id!r})",
+        "kwargsrepr": _literal({"workflow": workflow_id, "execution": execution_id}),
+    }
+    if workflow_id:
+        headers["shadow"] = f"advance{NAME_SEPARATOR}{workflow_id}"
+    return headers
+
+
+def _literal(context) -> str:
+    """``context`` without its unknown (None) values, as a Python literal."""
+    return repr({key: value for key, value in context.items() if value is not None})
+
+
+class _SentUnderShadow:
+    """Publishes a message's ``task-sent`` event under its shadow name.
+
+    Celery names that event after the task itself (``celery.app.amqp.AMQP.as_task_v2``), and
+    Flower's state (``celery.events.state.Task.event``) takes every field of a ``task-sent``
+    event that arrives after the worker's ``task-received`` — as it does whenever the worker is
+    quicker than its sender publishes the event. Without this, such a task would be listed as
+    ``agents.run_operation`` again. ``send_task`` hands it to ``send_task_message`` as its
+    ``event_dispatcher``."""
+
+    def __init__(self, dispatcher, shadow):
+        self.dispatcher, self.shadow = dispatcher, shadow
+
+    def publish(self, type, fields, producer, **kwargs):
+        return self.dispatcher.publish(type, {**fields, "name": self.shadow}, producer, **kwargs)
+
+
+@functools.cache
+def _event_dispatcher(app):
+    """A disabled dispatcher, as Celery's own for ``task-sent``: it publishes through the
+    producer it is given, as JSON."""
+    return app.events.Dispatcher(enabled=False, serializer=SERIALIZER)
+
+
+def _control():
+    """The project's remote-control client (its class, exchange and queues), but one of
+    Switchyard's own that sends its commands as JSON and takes only JSON replies: ``app.control``
+    serializes with the project's ``task_serializer``, accepts its ``accept_content``, and is the
+    project's to configure."""
+    return _json_control(current_app._get_current_object())
+
+
+@functools.cache
+def _json_control(app):
+    control = instantiate(app.control_cls, app=app)
+    control.mailbox.serializer, control.mailbox.accept = SERIALIZER, [SERIALIZER]
+    return control
+
+
+def _options(app, headers) -> dict:
+    """``send_task`` options for ``headers``: with a shadow, its ``task-sent`` event is named so."""
+    if "shadow" not in headers:
+        return headers
+    return {**headers, "event_dispatcher": _SentUnderShadow(_event_dispatcher(app), headers["shadow"])}
+
+
+class _NoSentEvent:
+    """An ``event_dispatcher`` that publishes nothing: an ``advance`` has no ``task-sent`` event."""
+
+    def publish(self, type, fields, producer, **kwargs):
+        return None
+
+
+_NO_SENT_EVENT = _NoSentEvent()
+
+
+def send_advance(execution_id, workflow_id=None):
+    """Ask a manager to run the execution's dispatcher (start, wake or finish it). A caller that
+    holds the execution passes its ``workflow_id``, which only names the message in the
+    manager's log and ``celery inspect``.
+
+    An advance is the engine's own plumbing, not an operation: it publishes no task event — no
+    ``task-sent`` here, and its task says ``send_events=False`` (``workflows_app.tasks``) — so
+    Flower's task list (which keeps a bounded number of tasks) holds operations only, and a
+    start, a wake-up or an imperative step does not pay for four event messages on its way."""
+    app = current_app
+    app.send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
+                  ignore_result=True, serializer=SERIALIZER, event_dispatcher=_NO_SENT_EVENT,
+                  **advance_headers(execution_id, workflow_id))
+
+
+def send_advance_on_commit(execution):
+    """:func:`send_advance` of ``execution`` once the current transaction commits (at once
+    outside one): the pass it asks for must see what the transaction wrote."""
+    transaction.on_commit(lambda: send_advance(execution.pk, execution.workflow_id))
+
+
+def send_operations(operations):
+    """Send the current attempt of each operation to its agent's queue, all through one producer
+    (one broker connection). The caller records them ``sent`` (``engine.progress.publish``).
+
+    Each message is named after its workflow (:func:`operation_headers`), taken from the
+    execution an operation holds (a caller that has the execution attaches it: no query), else
+    read for all of them in one query."""
+    app = current_app
+    operations = list(operations)
+    workflows = _workflow_ids(operations)
+    with app.producer_or_acquire() as producer:
+        for operation in operations:
+            app.send_task(
+                RUNNER_TASK,
+                args=[str(operation.id), operation.attempt],
+                kwargs={"secret": attempt_secret(operation.id, operation.attempt, operation.agent)},
+                task_id=task_id_for(operation.id, operation.attempt),
+                queue=operation.agent,
+                producer=producer,
+                ignore_result=True,
+                serializer=SERIALIZER,
+                **_options(app, operation_headers(workflows.get(str(operation.execution_id)), operation)),
+            )
+
+
+def _workflow_ids(operations) -> dict:
+    """The workflow id of each execution of ``operations`` (keys: execution ids as text): from
+    the execution an operation holds when that was loaded with its workflow id, the others' in
+    one query — never one per operation."""
+    known, missing = {}, set()
+    for operation in operations:
+        key = str(operation.execution_id)
+        if key in known:
+            continue
+        execution = operation.execution if Operation.execution.is_cached(operation) else None
+        if execution is not None and "workflow_id" not in execution.get_deferred_fields():
+            known[key] = execution.workflow_id
+        else:
+            missing.add(key)
+    missing -= known.keys()
+    if missing:
+        known.update((str(pk), workflow_id) for pk, workflow_id in
+                     Execution.objects.filter(pk__in=missing).values_list("pk", "workflow_id"))
+    return known
+
+
+def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
+    """Ask every agent and manager to stop the process groups of ``attempts`` (pairs of operation
+    id and attempt) and, with ``dispatcher``, the execution's dispatcher: SIGTERM now, SIGKILL
+    after ``KILL_GRACE_SECONDS`` (``agents.worker.control``). Fire and forget: fencing covers a worker
+    that does not hear it."""
+    _control().broadcast(
+        KILL_COMMAND,
+        arguments={"execution_id": str(execution_id), "attempts": [[str(pk), attempt] for pk, attempt in attempts],
+                   "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
+        reply=False,
+    )
+
+
+# --- the agents' reports ---------------------------------------------------------------------------
+
+def reports_connection():
+    """A broker connection of its own for reports and the answers to claims (``agents.worker.link``,
+    ``agents.worker.inbox``): without heartbeats (it may sit idle through a long operation; kombu
+    reconnects on the next use), and on RabbitMQ with publisher confirms, so that a publish
+    returns only once the broker holds the message."""
+    options = {} if broker_is_redis() else {"confirm_publish": True}
+    return current_app.connection_for_write(heartbeat=0, transport_options=options)
+
+
+def reports_queue():
+    """The reports queue, bound to the exchange agents publish to on RabbitMQ."""
+    name = wire.reports_queue()
+    return kombu.Queue(name, kombu.Exchange(wire.reports_exchange(), "direct", durable=True), routing_key=name, durable=True)
+
+
+def reports_route() -> dict:
+    """Where a report is published (``Producer.publish`` options). On Redis, straight into the
+    reports queue (a push onto its list, whatever happens to the exchanges' bindings). On RabbitMQ,
+    to the reports exchange, which the managers bind to the queue: an agent declares the exchange
+    only, so its own account needs no right on the queue, which holds every agent's reports."""
+    if broker_is_redis():
+        queue = kombu.Queue(wire.reports_queue(), durable=True)
+        return {"exchange": "", "routing_key": queue.name, "declare": [queue]}
+    exchange = kombu.Exchange(wire.reports_exchange(), "direct", durable=True)
+    return {"exchange": exchange, "routing_key": wire.reports_queue(), "declare": [exchange]}
+
+
+def declare_reports_queue():
+    """Declare the reports queue and its binding (a starting manager does, before any agent's
+    report needs them)."""
+    with current_app.connection_for_write() as connection:
+        reports_queue()(connection.default_channel).declare()
+
+
+def broadcast_cancel(attempts):
+    """Ask every agent and manager to tell the running ``attempts`` (pairs of operation id and
+    attempt) that they are cancelled: ``ctx.is_cancelled()`` becomes true in them
+    (``agents.worker.control``). Fire and forget: the engine asks again on each pass of a
+    cancelling execution, and kills what still runs after CANCEL_TIMEOUT."""
+    _control().broadcast(CANCEL_COMMAND, arguments={"attempts": [[str(pk), attempt] for pk, attempt in attempts]},
+                         reply=False)
+
+
+def waiting_messages(queue):
+    """How many messages wait in ``queue`` now; ``None`` when the broker cannot say."""
+    try:
+        with current_app.connection_for_read() as connection:
+            return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
+    except Exception:  # an unknown queue, a broker that does not count: unknown, not an error
+        logger.debug("could not count the messages of %s", queue, exc_info=True)
+        return None
+
+
+def revoke(task_ids, *, terminate=False):
+    """Celery's own bookkeeping for stopped attempts: a worker discards a revoked message it has
+    not started, and with ``terminate`` signals the pool process running it. Fencing, not this
+    in-memory list, is the guarantee (a worker started later never heard of it)."""
+    task_ids = list(task_ids)
+    if task_ids:
+        _control().revoke(task_ids, terminate=terminate, signal="SIGTERM")
+
+
+def ask_resend_outcomes(attempts):
+    """Ask every agent and manager to send again the outcome reports of the ``attempts`` (pairs
+    of operation id and attempt) that ended on it a while ago (``agents.worker.control``): the
+    database still has them started, so the one it sent was lost. Fire and forget: the manager's
+    tick asks again."""
+    _control().broadcast(RESEND_COMMAND, arguments={"attempts": [[str(pk), attempt] for pk, attempt in attempts]},
+                         reply=False)
+
+
+def ask_running(timeout):
+    """Ask every worker (``switchyard_running``) what it runs; the answers that arrive within
+    ``timeout`` seconds, one dict per worker: ``{"agent", "incarnation", "running"}``."""
+    answers = []
+    for reply in _control().broadcast(RUNNING_COMMAND, reply=True, timeout=timeout) or []:
+        for answer in reply.values():
+            ok = answer.get("ok") if isinstance(answer, dict) else None
+            if isinstance(ok, dict):
+                answers.append(ok)
+    return answers
+
+
+def broker_is_redis() -> bool:
+    """Whether the broker is Redis (the embedded one included), which keeps no queue across a
+    restart and holds a dead consumer's messages until its visibility timeout."""
+    return str(current_app.conf.broker_url or "").startswith(("redis://", "rediss://", "redis+socket://", "unix://"))
+
+
+def broker_identity():
+    """The broker server's identity (Redis' ``run_id``, new after each restart), or None for a
+    broker that keeps its queues across a restart (RabbitMQ's durable queues)."""
+    if not broker_is_redis():
+        return None
+    with current_app.connection_for_write() as connection:
+        return connection.default_channel.client.info("server").get("run_id")
+
+
+def give_back_held(queue) -> int:
+    """Put back at the head of ``queue`` every message of it that a consumer took and never
+    acknowledged; returns how many. For a queue that nothing consumes now: an agent's, before its
+    worker starts, whose earlier run died holding them.
+
+    On Redis such a message waits in kombu's ``unacked`` hash until the visibility timeout (an
+    hour) gives it back; this is kombu's own restore of one, by its delivery tag. RabbitMQ gives
+    a dead consumer's messages back itself: 0."""
+    if not broker_is_redis():
+        return 0
+    with current_app.connection_for_write() as connection:
+        channel = connection.default_channel
+        with channel.conn_or_acquire() as client:
+            held = [tag for tag, entry in client.hscan_iter(channel.unacked_key)
+                    if json.loads(entry)[2] == queue]  # (message, exchange, routing key): a queue's key is its name
+        for tag in held:
+            channel.qos.restore_by_tag(tag, leftmost=True)
+    return len(held)

@@ -1,0 +1,147 @@
+"""The engine's tick: the safety net for every stored deadline and every lost message. A manager
+runs it every half second, with the agents' own check for offline agents
+(``agents.worker.manager.Tick``).
+
+Each pass is idempotent (every change is a compare-and-set), so any number of managers may
+tick at once.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.utils import timezone
+
+from workflows_app import broker
+from workflows_app.conf import workflows_settings
+from workflows_app.engine import children, deployments, failures, policy, progress, recovery, reports, stopping, waits
+from workflows_app.models import Execution, Operation
+from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, FailureMode, OperationState, StepKind
+
+logger = logging.getLogger(__name__)
+
+#: A message older than this with nothing to show for it is sent again.
+RESEND_AFTER_SECONDS = 30
+
+
+#: The sweep for lost messages is heavier and rarely finds anything: not on every tick.
+SWEEP_EVERY_SECONDS = 10
+_last_sweep = None
+#: Started executions the sweep looks at per pass, in the order of their id; the next pass
+#: carries on after the last one (and from the first again once it reached the end). A pass's
+#: work does not grow with the number of started executions (100,000 waiting for an event):
+#: only the time until the sweep has looked at each of them, SWEEP_EVERY_SECONDS per batch
+#: (500 s for 100,000). Small enough that PostgreSQL does not compile the batch's query (JIT).
+SWEEP_BATCH = 2000
+_sweep_after = None
+#: Seconds between two looks at the broker's identity (a restarted Redis lost its queues).
+BROKER_CHECK_SECONDS = 3
+
+
+def run(now=None):
+    """One pass of the tick (a manager runs one every half second)."""
+    global _last_sweep
+    now = now or timezone.now()
+    progress.send_due_retries(now)
+    fail_timed_out_operations(now)
+    wake_due_executions(now)
+    if _last_sweep is None or (now - _last_sweep).total_seconds() >= SWEEP_EVERY_SECONDS:
+        _last_sweep = now
+        resend_stuck_messages(now)
+    try:
+        recovery.broker_watch.check(every=BROKER_CHECK_SECONDS)
+    except Exception as exc:  # the broker is down: the next tick looks again
+        logger.warning("could not reach the broker: %s", exc)
+
+
+def fail_timed_out_operations(now):
+    """An operation's timeout, measured from its stored start, fails the attempt (retryable)."""
+    overdue = Operation.objects.filter(state=OperationState.STARTED, timeout__isnull=False)
+    for operation in overdue.select_related(None):
+        if operation.started_at + timedelta(seconds=operation.timeout) <= now:
+            reports.record_failure(operation, operation.attempt, {
+                "type": "OperationTimeout", "message": f"no result within its timeout of {operation.timeout}s", "traceback": ""},
+                retryable=True, stop_process=True)
+
+
+def wake_due_executions(now):
+    """Executions whose own deadline passed (timeout, wait_after_fail, CANCEL_TIMEOUT) are
+    advanced; so is one that can make no progress (its wake-up message was lost), and one with
+    a stored wait (``sleep``, an event wait's timeout) whose deadline passed."""
+    started = Execution.objects.filter(status=ExecutionStatus.STARTED)
+    due = waits.due_executions(now)
+    for execution in Execution.objects.filter(status=ExecutionStatus.CANCELLING).only("pk"):
+        if stopping.cancel_timed_out(execution, now):
+            due.add(execution.pk)
+    # On the partial index of started executions with a timeout: those without one are not read.
+    for execution in started.filter(timeout__isnull=False).order_by().only("pk", "started_at", "timeout"):
+        if policy.timeout_due(execution, now):
+            due.add(execution.pk)
+    # A failure not handled yet, outside continue_while_possible, waits for the running steps
+    # at most wait_after_fail (no_new_calls), and for the processes of those it cancelled at most
+    # stop_wait_seconds (engine.failures); once handled it no longer does.
+    failing = (Operation.objects.filter(execution__status=ExecutionStatus.STARTED, state=OperationState.FAILED,
+                                        failure_handled=False)
+               .exclude(execution__failure_mode=FailureMode.CONTINUE_WHILE_POSSIBLE))
+    stop_wait = failures.stop_wait_seconds()
+    for execution_id, failed_at, wait, mode in failing.values_list("execution_id", "failed_at",
+                                                                   "execution__wait_after_fail", "execution__failure_mode"):
+        if failed_at + timedelta(seconds=stop_wait if mode == FailureMode.FAIL_FAST else wait) <= now:
+            due.add(execution_id)
+    for pk in due:
+        broker.send_advance(pk)
+
+
+def resend_stuck_messages(now):
+    """Lost messages are sent again from database state: a pending execution's start, an
+    operation stuck in ``sending`` (same attempt: the agent drops a duplicate), a started
+    execution that nothing in flight will ever wake (SWEEP_BATCH of the started ones a pass),
+    and a parent whose child's end did not wake it."""
+    stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
+    progress.publish(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
+    unstarted = list(Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale)
+                     .order_by().values_list("pk", flat=True))
+    # One that only waits for an event or a timer is moved by the event's advance or the tick.
+    after, upto = _next_batch()
+    batch = Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale).order_by()
+    batch = batch.filter(pk__gt=after) if after is not None else batch
+    batch = batch.filter(pk__lte=upto) if upto is not None else batch
+    idle = [execution.pk for execution in
+            batch.exclude(waits.only_waiting(stale, after, upto)).only("pk", "status", "failure_mode")
+            if not progress.can_progress(execution)]
+    # A backlog (10,000 starts at once) is not a loss: while at least as many messages wait in
+    # the management queue as there are executions to wake, their wake-ups are queued there, and
+    # sending them again would only make the backlog longer.
+    backlog = broker.waiting_messages(workflows_settings.MANAGEMENT_QUEUE)
+    if unstarted or idle:
+        if backlog is not None and backlog >= len(unstarted) + len(idle):
+            logger.info("%s executions wait for a manager behind %s queued messages: not sent again",
+                        len(unstarted) + len(idle), backlog)
+        else:
+            for pk in unstarted + idle:
+                broker.send_advance(pk)
+    deployments.start_every_free_deployment()
+    children.wake_parents_of_ended()
+    # A stopping execution that no running operation will ever wake (or whose stop was cut short).
+    for pk in Execution.objects.filter(status__in=EXECUTION_CANCELLING).values_list("pk", flat=True):
+        if not Operation.objects.filter(execution_id=pk, state=OperationState.STARTED).exists():
+            broker.send_advance(pk)
+    # The operations a cancel awaits are asked again to stop: a worker that did not hear the ask
+    # (it was reconnecting, or started the attempt just after the ask) hears this one.
+    awaited = list(Operation.objects.filter(execution__status=ExecutionStatus.CANCELLING, state=OperationState.STARTED,
+                                            kind=StepKind.OPERATION).values_list("pk", "attempt"))
+    if awaited:
+        broker.broadcast_cancel(awaited)
+
+
+def _next_batch():
+    """The ids (``after``, ``upto``] of the next SWEEP_BATCH started executions after those of
+    the sweep's last pass (None: no bound; from the first again once it reached the end): a
+    range of the partial index of started executions, whose end one look-up in it finds."""
+    global _sweep_after
+    after = _sweep_after
+    started = Execution.objects.filter(status=ExecutionStatus.STARTED).order_by("pk")
+    if after is not None:
+        started = started.filter(pk__gt=after)
+    last = list(started.values_list("pk", flat=True)[SWEEP_BATCH - 1:SWEEP_BATCH])
+    _sweep_after = last[0] if last else None
+    return after, _sweep_after
