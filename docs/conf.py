@@ -1,6 +1,6 @@
 """Sphinx configuration of Switchyard's documentation: Markdown pages read by MyST-Parser.
 
-Build it with ``make docs``, or as CI does (tests/test_docs.py)::
+Build it with ``make docs``, or as CI does (tests/project/test_docs.py)::
 
     sphinx-build -W --keep-going -n -b html docs build/docs
 
