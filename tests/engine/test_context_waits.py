@@ -10,36 +10,24 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from workflows_app import services
-from workflows_app.engine import dispatcher, reports, tick
+from workflows_app.engine import reports, tick
 from workflows_app.errors import ActionRefused, ParameterError
 from workflows_app.models import Event, Execution, Operation, Wait
 from workflows_app.states import EventType, ExecutionStatus, OperationState, WaitOutcome
+from tests.engine.passes import run_pass
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("each_pass")]
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("with_the_test_workflows", "each_pass")]
 
 #: Short enough to wait for in a test, long enough that a replay never races it.
 SHORT = 0.3
 
 
-@pytest.fixture(autouse=True)
-def test_workflows():
-    with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"]):
-        yield
-
-
-def advance(execution) -> Execution:
-    dispatcher.run_pass(execution.pk)
-    execution.refresh_from_db()
-    return execution
-
-
 def start(workflow, **parameters) -> Execution:
-    return advance(services.start(workflow, parameters))
+    return run_pass(services.start(workflow, parameters))
 
 
 def waits_of(execution) -> list:
@@ -56,7 +44,7 @@ def got(execution):
 def test_an_event_delivered_before_anyone_waits_is_kept_for_the_wait():
     execution = services.start("it_events", {"waits": [["go", None]]})
     services.send_event(execution.pk, "go", {"user": "ann"})  # before the workflow ever ran
-    assert got(advance(execution)) == [{"user": "ann"}]
+    assert got(run_pass(execution)) == [{"user": "ann"}]
     (wait,) = waits_of(execution)
     assert (wait.key, wait.outcome, wait.payload) == ("event:go#1", WaitOutcome.RECEIVED, {"user": "ann"})
     assert wait.event.data == {"name": "go", "payload": {"user": "ann"}}
@@ -65,10 +53,10 @@ def test_an_event_delivered_before_anyone_waits_is_kept_for_the_wait():
 def test_a_waiting_execution_is_suspended_on_one_stored_wait_however_often_it_replays():
     execution = start("it_events", waits=[["go", None]])
     for _ in range(3):
-        assert advance(execution).status == ExecutionStatus.STARTED
+        assert run_pass(execution).status == ExecutionStatus.STARTED
     assert [(w.key, w.outcome) for w in waits_of(execution)] == [("event:go#1", WaitOutcome.WAITING)]
     services.send_event(execution.pk, "go", 7)
-    assert got(advance(execution)) == [7]
+    assert got(run_pass(execution)) == [7]
 
 
 def test_two_waits_take_two_events_oldest_first():
@@ -76,7 +64,7 @@ def test_two_waits_take_two_events_oldest_first():
     for payload in ("first", "second"):
         services.send_event(execution.pk, "x", payload)
     services.send_event(execution.pk, "other", "o")
-    assert got(advance(execution)) == ["first", "o", "second"]
+    assert got(run_pass(execution)) == ["first", "o", "second"]
     assert [w.key for w in waits_of(execution)] == ["event:x#1", "event:other#1", "event:x#2"]
 
 
@@ -84,7 +72,7 @@ def test_an_event_nobody_waits_for_stays_untaken():
     execution = start("it_events", waits=[["x", None]])
     services.send_event(execution.pk, "x", 1)
     services.send_event(execution.pk, "x", 2)
-    assert got(advance(execution)) == [1]
+    assert got(run_pass(execution)) == [1]
     untaken = Event.objects.filter(execution_id=execution.pk, type=EventType.EVENT_RECEIVED, taken_by__isnull=True)
     assert [e.data["payload"] for e in untaken] == [2]
 
@@ -93,7 +81,7 @@ def test_a_timeout_raises_event_timeout_which_the_workflow_catches():
     execution = start("it_events", waits=[["late", SHORT]])
     assert execution.status == ExecutionStatus.STARTED
     time.sleep(SHORT + 0.1)
-    assert got(advance(execution)) == ["timeout"]
+    assert got(run_pass(execution)) == ["timeout"]
     assert waits_of(execution)[0].outcome == WaitOutcome.TIMED_OUT
 
 
@@ -101,16 +89,16 @@ def test_a_timed_out_wait_stays_timed_out_and_a_later_event_goes_to_the_next_wai
     execution = start("it_events", waits=[["a", SHORT], ["a", None], ["b", None]])
     time.sleep(SHORT + 0.1)
     services.send_event(execution.pk, "a", "late")  # after the first wait's deadline, before any replay
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.STARTED  # waiting for "b"
     first, second, _ = waits_of(execution)
     assert (first.outcome, first.event_id) == (WaitOutcome.TIMED_OUT, None)
     assert (second.outcome, second.payload) == (WaitOutcome.RECEIVED, "late")
     services.send_event(execution.pk, "a", "later still")  # a replay must not hand it to the timed-out wait
-    assert advance(execution).status == ExecutionStatus.STARTED
+    assert run_pass(execution).status == ExecutionStatus.STARTED
     assert waits_of(execution)[0].outcome == WaitOutcome.TIMED_OUT
     services.send_event(execution.pk, "b", "B")
-    assert got(advance(execution)) == ["timeout", "late", "B"]
+    assert got(run_pass(execution)) == ["timeout", "late", "B"]
 
 
 # --- sleep and the tick ----------------------------------------------------------------
@@ -120,11 +108,11 @@ def test_sleep_suspends_and_the_tick_wakes_it_after_the_deadline(outbox):
     assert execution.status == ExecutionStatus.STARTED
     tick.wake_due_executions(timezone.now())
     assert str(execution.pk) not in outbox["advance"], "not due yet"
-    assert advance(execution).status == ExecutionStatus.STARTED, "a replay before the deadline sleeps on"
+    assert run_pass(execution).status == ExecutionStatus.STARTED, "a replay before the deadline sleeps on"
     time.sleep(SHORT + 0.1)
     tick.wake_due_executions(timezone.now())
     assert outbox["advance"].count(str(execution.pk)) == 1
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert (execution.status, execution.payload) == (ExecutionStatus.COMPLETED, {"slept": SHORT})
     assert waits_of(execution)[0].outcome == WaitOutcome.ELAPSED
 
@@ -155,7 +143,7 @@ def test_the_sweep_for_lost_wake_ups_leaves_waiting_executions_alone_unless_an_e
 def test_a_workflow_that_never_waits_never_reads_the_waits():
     execution = services.start("it_single", {"agent": "nowhere"})
     with CaptureQueriesContext(connection) as queries:
-        assert advance(execution).status == ExecutionStatus.STARTED
+        assert run_pass(execution).status == ExecutionStatus.STARTED
     assert not [q["sql"] for q in queries if "workflows_app_wait" in q["sql"]]
 
 
@@ -175,7 +163,7 @@ def test_cancel_step_cancels_one_step_at_once(outbox, django_capture_on_commit_c
         Operation.objects.filter(pk=victim.pk).update(state=state)  # test set-up: the agent moved it on
     services.send_event(execution.pk, "cancel")
     with django_capture_on_commit_callbacks(execute=True):
-        execution = advance(execution)
+        execution = run_pass(execution)
 
     victim.refresh_from_db()
     assert victim.state == OperationState.CANCELLED
@@ -201,7 +189,7 @@ def test_what_a_cancelled_step_reports_later_is_kept_as_a_stale_report(django_ca
     victim = _victim(execution)
     Operation.objects.filter(pk=victim.pk).update(state=OperationState.STARTED)  # test set-up
     services.send_event(execution.pk, "cancel")
-    advance(execution)
+    run_pass(execution)
     victim.refresh_from_db()
     assert reports.record_success(victim, victim.attempt, {"late": True}) is False
     stale = Event.objects.get(execution_id=execution.pk, type=EventType.STALE_REPORT)
@@ -222,9 +210,9 @@ def test_cancelling_an_ended_step_is_a_no_op_and_so_is_its_replay():
     execution = start("it_cancel_step", agent="a1")
     _succeed(execution, "victim", 5)
     services.send_event(execution.pk, "cancel")
-    assert advance(execution).status == ExecutionStatus.STARTED  # cancel_step did nothing; it waits for "then"
+    assert run_pass(execution).status == ExecutionStatus.STARTED  # cancel_step did nothing; it waits for "then"
     _succeed(execution, "then", 6)
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.payload == {"cancelled_now": False, "victim": "ran", "then": "ran"}
     assert not Event.objects.filter(execution_id=execution.pk, type=EventType.TASK_CANCELLED).exists()
 
@@ -235,15 +223,15 @@ def test_none_of_is_false_as_soon_as_one_succeeds():
     execution = start("it_none_of", timeout=60)
     assert execution.status == ExecutionStatus.STARTED
     services.send_event(execution.pk, "also-yes", None)
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.payload == {"none": False, "states": ["started", "succeeded"]}
 
 
 def test_none_of_is_true_once_every_one_ended_without_succeeding():
     execution = start("it_none_of", timeout=SHORT)
-    assert advance(execution).status == ExecutionStatus.STARTED, "none ended yet: it waits"
+    assert run_pass(execution).status == ExecutionStatus.STARTED, "none ended yet: it waits"
     time.sleep(SHORT + 0.1)
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.payload == {"none": True, "states": ["failed", "failed"]}
 
 

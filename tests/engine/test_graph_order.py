@@ -9,31 +9,19 @@ the same stories is tests/integration/test_browser_graph.py.
 """
 
 import pytest
-from django.test import override_settings
 from django.urls import reverse
 
 from workflows_app import queries, services
 from workflows_app.admin import picture
-from workflows_app.engine import dispatcher, reports
-from workflows_app.models import Execution, Operation, OperationDependency
+from workflows_app.engine import reports
+from workflows_app.models import Operation, OperationDependency
 from workflows_app.states import ExecutionStatus, FailureMode, OperationState, StepKind
+from tests.engine.passes import run_pass
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox")]
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("with_the_test_workflows", "outbox")]
 
 FAILED = {"type": "NonRecoverableError", "message": "pack-1 fails for good", "traceback": "Traceback: ..."}
 PACKS = ["pack-1", "pack-2", "pack-3"]
-
-
-@pytest.fixture(autouse=True)
-def with_the_test_workflows():
-    with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"]):
-        yield
-
-
-def advance(execution) -> Execution:
-    dispatcher.run_pass(execution.pk)
-    execution.refresh_from_db()
-    return execution
 
 
 def claimed(execution, name) -> Operation:
@@ -46,13 +34,13 @@ def claimed(execution, name) -> Operation:
 def succeed(execution, name):
     operation = claimed(execution, name)
     assert reports.record_success(operation, operation.attempt, name)
-    return advance(execution)
+    return run_pass(execution)
 
 
 def fail(execution, name):
     operation = claimed(execution, name)
     assert reports.record_failure(operation, operation.attempt, FAILED, retryable=False)
-    return advance(execution)
+    return run_pass(execution)
 
 
 def rows(execution) -> dict:
@@ -61,7 +49,7 @@ def rows(execution) -> dict:
 
 @pytest.mark.usefixtures("each_pass")
 def test_each_step_of_imperative_code_comes_after_the_one_awaited_before_it(admin_client):
-    execution = advance(services.start("it_packs", {"agent": "a1"}))
+    execution = run_pass(services.start("it_packs", {"agent": "a1"}))
     for name in ["fetch", *PACKS]:
         execution = succeed(execution, name)
     execution = succeed(execution, "ship")
@@ -84,7 +72,7 @@ def test_each_step_of_imperative_code_comes_after_the_one_awaited_before_it(admi
 
 @pytest.mark.usefixtures("each_pass")
 def test_steps_asked_for_together_each_come_after_the_last_awaited_and_the_next_after_all_of_them():
-    execution = advance(services.start("it_packs", {"agent": "a1", "parallel": True}))
+    execution = run_pass(services.start("it_packs", {"agent": "a1", "parallel": True}))
     execution = succeed(execution, "fetch")
     assert {name: op.state for name, op in rows(execution).items() if name in PACKS} == dict.fromkeys(
         PACKS, OperationState.SENDING)
@@ -99,7 +87,7 @@ def test_steps_asked_for_together_each_come_after_the_last_awaited_and_the_next_
 @pytest.mark.usefixtures("each_pass")
 @pytest.mark.parametrize("mode", list(FailureMode))
 def test_a_step_after_a_caught_failure_is_not_held_back_by_it(mode):
-    execution = advance(services.start("it_packs", {"agent": "a1", "fail": "pack-1"}, failure_mode=mode))
+    execution = run_pass(services.start("it_packs", {"agent": "a1", "fail": "pack-1"}, failure_mode=mode))
     execution = succeed(execution, "fetch")
     execution = fail(execution, "pack-1")
     stored = rows(execution)
@@ -119,7 +107,7 @@ def test_a_step_after_a_caught_failure_is_not_held_back_by_it(mode):
 def test_a_graph_comes_after_the_step_awaited_before_it_through_its_first_steps_only():
     """``ctx.graph()``'s steps that depend on none of it follow the code's last awaited step;
     the others follow those through their dependencies (no redundant arrow)."""
-    execution = advance(services.start("it_saga", {"agent": "a1", "style": "graph"}))
+    execution = run_pass(services.start("it_saga", {"agent": "a1", "style": "graph"}))
     execution = succeed(execution, "reserve")
     after = {name: op.after for name, op in rows(execution).items()}
     assert after == {"reserve": [], "pack": [], "charge": [], "ship": []}

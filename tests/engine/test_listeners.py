@@ -4,6 +4,7 @@ as ``listener_failed`` and changes nothing."""
 import pytest
 
 from workflows_app import sdk
+from workflows_app.engine import reactions
 from workflows_app.models import Event, Execution
 from workflows_app.states import EventType, ExecutionStatus
 from workflows_app.transitions import execution_transition
@@ -65,3 +66,27 @@ def test_status_listeners_can_be_registered_for_any_workflow_and_removed():
     execution = Execution.objects.create(workflow_id="not-registered", status=ExecutionStatus.PENDING)
     execution_transition(execution, ExecutionStatus.CANCELLED)
     assert seen == [ExecutionStatus.CANCELLED]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_reactions_run_in_their_order_and_one_that_raises_stops_none_after_it(monkeypatch):
+    """What follows a committed transition is ``reactions.AFTER_EXECUTION_TRANSITION``, in order:
+    a reaction that raises is recorded as ``listener_failed`` and the next ones still run."""
+    seen = []
+
+    def first(execution, source, target, event):
+        seen.append(("first", source, target, event.type))
+
+    def broken(execution, source, target, event):
+        raise RuntimeError("a reaction broke")
+
+    def last(execution, source, target, event):
+        seen.append(("last", Execution.objects.get(pk=execution.pk).status))
+
+    monkeypatch.setattr(reactions, "AFTER_EXECUTION_TRANSITION", (first, broken, last))
+    execution = Execution.objects.create(workflow_id="listener-test-wf", status=ExecutionStatus.STARTED)
+    execution_transition(execution, ExecutionStatus.FAILED)
+    assert seen == [("first", ExecutionStatus.STARTED, ExecutionStatus.FAILED, EventType.WORKFLOW_FAILED),
+                    ("last", "failed")]
+    [failure] = Event.objects.filter(execution_id=execution.pk, type=EventType.LISTENER_FAILED)
+    assert "a reaction broke" in failure.message and failure.data["status"] == "failed"

@@ -19,8 +19,9 @@ from django.utils import timezone
 from tests import workflows as workflows_module
 from workflows_app import services
 from workflows_app.engine import dispatcher, live, reports
-from workflows_app.models import Execution, Operation
+from workflows_app.models import Operation
 from workflows_app.states import ExecutionStatus, OperationState
+from tests.engine.passes import run_pass
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("outbox")]
 
@@ -34,12 +35,6 @@ def setup():
     live.clear()
 
 
-def advance(execution) -> Execution:
-    dispatcher.run_pass(execution.pk)
-    execution.refresh_from_db()
-    return execution
-
-
 def succeed_current(execution):
     """The agent's claim and success of the step the execution waits for (the one not ended)."""
     operation = Operation.objects.get(execution_id=execution.pk, state__in=[OperationState.SENT, OperationState.SENDING])
@@ -51,12 +46,12 @@ def succeed_current(execution):
 def run_chain(execution, n, between=None):
     """Drive ``it_counted_chain`` to its end: each step succeeds, then a pass; ``between(i)``
     runs before the pass that follows step ``i``."""
-    execution = advance(execution)
+    execution = run_pass(execution)
     for i in range(n):
         succeed_current(execution)
         if between:
             between(i)
-        execution = advance(execution)
+        execution = run_pass(execution)
     return execution
 
 
@@ -102,13 +97,13 @@ def test_with_no_cache_every_pass_replays_to_the_same_result():
 @override_settings(WORKFLOWS={"WORKFLOW_CACHE_SIZE": 1})
 def test_past_the_cache_size_the_least_recent_run_is_evicted_and_replays_to_the_same_result():
     n = 6
-    first = advance(services.start("it_counted_chain", {"n": n, "tag": "first"}))
-    second = advance(services.start("it_counted_chain", {"n": n, "tag": "second"}))
+    first = run_pass(services.start("it_counted_chain", {"n": n, "tag": "first"}))
+    second = run_pass(services.start("it_counted_chain", {"n": n, "tag": "second"}))
     assert live.cached(second.pk) and not live.cached(first.pk)  # one run kept at most
     for _ in range(n):  # the two take turns: each pass finds its run evicted by the other's
         for execution in (first, second):
             succeed_current(execution)
-            advance(execution)
+            run_pass(execution)
     for execution in (first, second):
         execution.refresh_from_db()
         assert execution.status == ExecutionStatus.COMPLETED, execution.error
@@ -142,13 +137,13 @@ def test_a_run_overtaken_by_a_pass_elsewhere_catches_up_and_replays_only_what_it
 
 @override_settings(WORKFLOWS={"WORKFLOW_CACHE_SIZE": 1})
 def test_an_evicted_run_unwinds_without_storing_anything():
-    waiting = advance(services.start("it_cleanup_after_event", {}))
+    waiting = run_pass(services.start("it_cleanup_after_event", {}))
     assert live.cached(waiting.pk)
-    advance(services.start("it_cleanup_after_event", {}))  # evicts the first: its `finally` runs
+    run_pass(services.start("it_cleanup_after_event", {}))  # evicts the first: its `finally` runs
     assert not live.cached(waiting.pk)
     assert not Operation.objects.filter(execution_id=waiting.pk).exists()  # ctx refused the call
     services.send_event(waiting.pk, "go", {"user": "ann"})
-    waiting = advance(waiting)  # replays: the wait takes the event and the code goes on
+    waiting = run_pass(waiting)  # replays: the wait takes the event and the code goes on
     assert waiting.payload == {"go": {"user": "ann"}}
     assert list(Operation.objects.filter(execution_id=waiting.pk).values_list("name", flat=True)) == ["cleanup"]
 
@@ -160,20 +155,20 @@ def test_a_closed_run_is_freed_when_it_closes_not_by_the_garbage_collector():
     gc.collect()
     gc.disable()
     try:
-        evicted = advance(services.start("it_cleanup_after_event", {}))
+        evicted = run_pass(services.start("it_cleanup_after_event", {}))
         evicted_context = weakref.ref(live._cache.runs[evicted.pk].replay)
-        ended = advance(services.start("it_counted_chain", {"n": 1, "tag": "freed"}))  # evicts the first
+        ended = run_pass(services.start("it_counted_chain", {"n": 1, "tag": "freed"}))  # evicts the first
         assert evicted_context() is None
         ended_context = weakref.ref(live._cache.runs[ended.pk].replay)
         succeed_current(ended)
-        assert advance(ended).status == ExecutionStatus.COMPLETED
+        assert run_pass(ended).status == ExecutionStatus.COMPLETED
         assert ended_context() is None
     finally:
         gc.enable()
 
 
 def test_a_pass_that_rolls_back_keeps_no_run(monkeypatch):
-    execution = advance(services.start("it_counted_chain", {"n": 3, "tag": "rolled"}))
+    execution = run_pass(services.start("it_counted_chain", {"n": 3, "tag": "rolled"}))
     succeed_current(execution)
 
     def broken(*args, **kwargs):
@@ -184,16 +179,16 @@ def test_a_pass_that_rolls_back_keeps_no_run(monkeypatch):
         dispatcher.run_pass(execution.pk)
     assert not live.cached(execution.pk)  # it went on past what the database holds: dropped
     monkeypatch.undo()
-    execution = advance(execution)  # replays from the top, and stores step 1 once
+    execution = run_pass(execution)  # replays from the top, and stores step 1 once
     assert execution.passes == 2
     assert sorted(Operation.objects.filter(execution_id=execution.pk).values_list("name", flat=True)) == ["s0", "s1"]
 
 
 def test_a_kill_drops_the_run():
-    execution = advance(services.start("it_counted_chain", {"n": 3, "tag": "killed"}))
+    execution = run_pass(services.start("it_counted_chain", {"n": 3, "tag": "killed"}))
     assert live.cached(execution.pk)
     services.kill(execution.pk)
-    advance(execution)
+    run_pass(execution)
     assert not live.cached(execution.pk)
 
 
@@ -204,7 +199,7 @@ def test_a_pass_reads_no_steps_it_knows_cannot_exist_or_be_open():
 
     def reads_of_operations():
         with CaptureQueriesContext(connection) as captured:
-            advanced = advance(execution)
+            advanced = run_pass(execution)
         return advanced, [q["sql"] for q in captured.captured_queries
                           if q["sql"].lstrip().upper().startswith("SELECT") and "workflows_app_operation" in q["sql"]]
 

@@ -12,9 +12,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 from workflows_app import services
-from workflows_app.engine import dispatcher, failures, live, policy, progress, reports, tick
+from workflows_app.engine import failures, live, policy, progress, reports, tick
 from workflows_app.models import Event, Execution, Operation, Wait
 from workflows_app.states import EventType, ExecutionStatus, FailureMode, OperationState, WaitKind, WaitOutcome
+from tests.engine.passes import run_pass
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox", "each_pass")]
 
@@ -28,14 +29,8 @@ def test_workflows():
         yield
 
 
-def advance(execution) -> Execution:
-    dispatcher.run_pass(execution.pk)
-    execution.refresh_from_db()
-    return execution
-
-
 def start(workflow, failure_mode=None, **parameters) -> Execution:
-    return advance(services.start(workflow, parameters, failure_mode=failure_mode))
+    return run_pass(services.start(workflow, parameters, failure_mode=failure_mode))
 
 
 def op(execution, name) -> Operation:
@@ -68,17 +63,17 @@ def processes_gone(execution, name) -> Execution:
     """The agent's kill handler, once the cancelled step's process group is gone."""
     operation = op(execution, name)
     reports.record_processes_gone([(operation.pk, operation.attempt)])
-    return advance(execution)
+    return run_pass(execution)
 
 
 def saga(mode, style="execute", reraise=False) -> Execution:
     """``it_saga`` up to the charge's failure: reserve succeeded, pack runs, charge failed."""
     execution = start("it_saga", mode, agent="a1", style=style, reraise=reraise)
     succeed(execution, "reserve")
-    execution = advance(execution)
+    execution = run_pass(execution)
     running(execution, "pack")
     fail(execution, "charge")
-    return advance(execution)
+    return run_pass(execution)
 
 
 # --- a failure the code catches: the saga ---------------------------------------------------
@@ -91,18 +86,18 @@ def test_a_caught_failure_runs_the_compensation_and_the_execution_completes(mode
         assert states(execution)["pack"] == "started", "the running step is awaited before the code sees the failure"
         assert "refund" not in states(execution)
         succeed(execution, "pack")
-        execution = advance(execution)
+        execution = run_pass(execution)
     elif mode == FailureMode.CONTINUE_WHILE_POSSIBLE:
         assert "refund" not in states(execution), "the code sees the failure when it waits on it: after pack"
         succeed(execution, "pack")
-        execution = advance(execution)
+        execution = run_pass(execution)
     else:
         assert states(execution)["pack"] == "cancelled", "fail_fast cancels the running step first"
         assert "refund" not in states(execution), "and shows the code the failure once its processes are gone"
         execution = processes_gone(execution, "pack")
     assert states(execution)["refund"] == "sending", "a step asked after the failure was caught is sent"
     succeed(execution, "refund", "refunded")
-    execution = advance(execution)
+    execution = run_pass(execution)
 
     assert execution.status == ExecutionStatus.COMPLETED, execution.error
     assert execution.error == ""
@@ -121,7 +116,7 @@ def test_a_caught_failure_runs_the_compensation_and_the_execution_completes(mode
 def test_a_failure_the_code_records_and_raises_again_fails_the_execution_with_the_payload_kept(style):
     execution = saga(FailureMode.NO_NEW_CALLS.value, style, reraise=True)
     succeed(execution, "pack")
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.FAILED
     assert execution.payload == {"saw": {"failed": "charge", "error": "NonRecoverableError"}}
     assert execution.error.startswith("operation 'charge' failed: NonRecoverableError: charge fails for good\nTraceback: ...")
@@ -131,7 +126,7 @@ def test_a_failure_the_code_records_and_raises_again_fails_the_execution_with_th
 def test_a_step_cancelled_by_fail_fast_raises_step_failed_naming_the_failure_it_follows_from():
     execution = processes_gone(saga(FailureMode.FAIL_FAST.value, "execute"), "pack")
     succeed(execution, "refund")
-    execution = advance(execution)
+    execution = run_pass(execution)
     pack = op(execution, "pack")
     assert pack.error == {"type": "Cancelled", "message": "cancelled (fail_fast): charge failed", "traceback": "",
                           "cause": "charge"}
@@ -146,7 +141,7 @@ def test_fail_fast_shows_the_failure_once_the_cancelled_steps_processes_are_gone
         execution = saga(FailureMode.FAIL_FAST.value, "execute")
     pack = op(execution, "pack")
     assert outbox["kill"] == [[(str(pack.pk), pack.attempt)]], "its process group is signalled"
-    assert advance(execution).status == ExecutionStatus.STARTED and "refund" not in states(execution)
+    assert run_pass(execution).status == ExecutionStatus.STARTED and "refund" not in states(execution)
     outbox["advance"].clear()
     tick.wake_due_executions(timezone.now())
     assert outbox["advance"] == [], "within the grace the tick leaves it to the agent's report"
@@ -154,7 +149,7 @@ def test_fail_fast_shows_the_failure_once_the_cancelled_steps_processes_are_gone
     tick.wake_due_executions(later)
     assert outbox["advance"] == [str(execution.pk)], "the tick wakes it once the grace is over"
     Operation.objects.filter(pk=pack.pk).update(cancelled_at=timezone.now() - timedelta(seconds=60))  # test set-up
-    assert "refund" in states(advance(execution)), "past the grace it goes on without the report"
+    assert "refund" in states(run_pass(execution)), "past the grace it goes on without the report"
 
 
 def test_the_report_that_a_cancelled_steps_processes_are_gone_wakes_a_waiting_execution(outbox):
@@ -174,11 +169,11 @@ def test_a_failure_the_code_never_waits_on_fails_at_its_replay_unless_the_rest_r
     nothing new may start, so the execution fails. In continue_while_possible it waits on."""
     execution = start("it_event_first", mode, agent="a1")
     fail(execution, "a")
-    execution = advance(execution)
+    execution = run_pass(execution)
     if mode == FailureMode.CONTINUE_WHILE_POSSIBLE:
         assert execution.status == ExecutionStatus.STARTED
         services.send_event(execution.pk, "go")
-        execution = advance(execution)
+        execution = run_pass(execution)
     assert execution.status == ExecutionStatus.FAILED
     assert execution.error.startswith("operation 'a' failed: NonRecoverableError: charge fails for good")
 
@@ -186,20 +181,20 @@ def test_a_failure_the_code_never_waits_on_fails_at_its_replay_unless_the_rest_r
 def test_in_continue_while_possible_a_failure_the_code_never_saw_fails_the_execution_when_it_returns():
     execution = start("it_ends_while_running", "continue_while_possible", agent="a1", how="return")
     fail(execution, "busy")  # never awaited
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.STARTED, "the rest runs on: it waits for quick"
     succeed(execution, "quick")
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.FAILED
     assert "operation 'busy' failed" in execution.error
 
 
 def test_a_handled_failure_lets_retries_and_new_calls_happen_again_in_no_new_calls():
     execution = saga(FailureMode.NO_NEW_CALLS.value)
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert not policy.allows_new_calls(execution), "unhandled: nothing new may start"
     succeed(execution, "pack")
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert policy.allows_new_calls(execution), "handled: new calls may start"
     Operation.objects.filter(execution_id=execution.pk, name="refund").update(max_retries=3)  # test set-up
     refund = running(execution, "refund")
@@ -218,9 +213,9 @@ def test_a_retry_another_failure_keeps_from_happening_names_it_and_showing_one_s
                                   retryable=True)
     pack = op(execution, "pack")
     assert (pack.state, pack.error["cause"]) == (OperationState.FAILED, "charge")
-    execution = advance(execution)
+    execution = run_pass(execution)
     succeed(execution, "refund", "refunded")
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.COMPLETED, execution.error
     assert execution.payload["saw"] == {"failed": "charge", "error": "RecoverableError"}
     assert op(execution, "pack").failure_handled and op(execution, "charge").failure_handled
@@ -229,7 +224,7 @@ def test_a_retry_another_failure_keeps_from_happening_names_it_and_showing_one_s
 def test_a_due_retry_that_another_failure_stopped_is_not_sent_and_the_failure_mode_cancels_it():
     execution = start("it_saga", "no_new_calls", agent="a1", style="execute")
     succeed(execution, "reserve")
-    execution = advance(execution)
+    execution = run_pass(execution)
     Operation.objects.filter(execution_id=execution.pk, name="pack").update(max_retries=3)  # test set-up
     pack = running(execution, "pack")
     assert reports.record_failure(pack, pack.attempt, {"type": "RecoverableError", "message": "later", "traceback": ""},
@@ -237,7 +232,7 @@ def test_a_due_retry_that_another_failure_stopped_is_not_sent_and_the_failure_mo
     fail(execution, "charge")  # before the dispatcher runs, the tick finds pack's retry due
     assert progress.send_due_retries(timezone.now() + timedelta(seconds=1)) == 0
     assert op(execution, "pack").state == OperationState.RESCHEDULED
-    execution = advance(execution)
+    execution = run_pass(execution)
     pack = op(execution, "pack")
     assert (pack.state, pack.error["cause"]) == (OperationState.CANCELLED, "charge")
 
@@ -260,12 +255,12 @@ def test_workflow_code_that_raises_is_tried_again_with_growing_gaps_and_complete
     execution = start("it_buggy", agent="a1", fixed_path=str(fixed))
     succeed(execution, "before")
     for attempt in range(1, 4):
-        execution = advance(execution)
+        execution = run_pass(execution)
         assert execution.status == ExecutionStatus.STARTED
         assert len(retries(execution)) == attempt
         backoff = Wait.objects.get(execution_id=execution.pk, key=f"retry#{attempt}")
         assert retries(execution)[-1].data["next_try_at"] == backoff.deadline.isoformat()
-        assert advance(execution).status == ExecutionStatus.STARTED and len(retries(execution)) == attempt, \
+        assert run_pass(execution).status == ExecutionStatus.STARTED and len(retries(execution)) == attempt, \
             "an advance before the backoff ends runs nothing"
         Wait.objects.filter(execution_id=execution.pk, kind=WaitKind.RETRY, outcome=WaitOutcome.WAITING).update(
             deadline=timezone.now())  # test set-up: the backoff is over
@@ -275,9 +270,9 @@ def test_workflow_code_that_raises_is_tried_again_with_growing_gaps_and_complete
     assert "RuntimeError: a bug in the workflow code" in first.data["traceback"]
 
     fixed.touch()  # the fix is deployed
-    execution = advance(execution)
+    execution = run_pass(execution)
     succeed(execution, "after")
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.COMPLETED, execution.error
     assert execution.payload == {"after": "after"}
     assert op(execution, "before").attempt == 1, "a stored step never runs again"
@@ -291,7 +286,7 @@ def test_the_gap_between_tries_doubles_up_to_ten_minutes():
 def test_the_tick_ends_a_backoff_and_wakes_the_workflow(outbox, tmp_path):
     execution = start("it_buggy", agent="a1", fixed_path=str(tmp_path / "never"))
     succeed(execution, "before")
-    advance(execution)
+    run_pass(execution)
     outbox["advance"].clear()
     tick.wake_due_executions(timezone.now())
     assert outbox["advance"] == []
@@ -303,12 +298,12 @@ def test_cancel_stops_the_tries_and_resume_tries_at_once(tmp_path):
     fixed = tmp_path / "fixed"
     execution = start("it_buggy", agent="a1", fixed_path=str(fixed))
     succeed(execution, "before")
-    advance(execution)
+    run_pass(execution)
     assert services.cancel(execution.pk).status == ExecutionStatus.CANCELLED
-    assert advance(execution).status == ExecutionStatus.CANCELLED and len(retries(execution)) == 1
+    assert run_pass(execution).status == ExecutionStatus.CANCELLED and len(retries(execution)) == 1
     fixed.touch()
     services.resume(execution.pk)
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.STARTED and len(retries(execution)) == 1, "resumed: tried at once"
     assert op(execution, "after").state == OperationState.SENDING
 
@@ -316,7 +311,7 @@ def test_cancel_stops_the_tries_and_resume_tries_at_once(tmp_path):
 def test_an_uncaught_step_failure_is_not_retried_even_with_on_unhandled_retry(tmp_path):
     execution = start("it_buggy", agent="a1", fixed_path=str(tmp_path / "never"))
     fail(execution, "before")
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.FAILED and retries(execution) == []
 
 
@@ -330,11 +325,11 @@ def test_a_replay_that_asks_for_a_stored_step_differently_fails_the_execution(tm
     changed = tmp_path / "changed"
     execution = start("it_changing", agent="a1", changed_path=str(changed), change=change)
     succeed(execution, "x")
-    assert advance(execution).status == ExecutionStatus.STARTED  # waits for "go"
+    assert run_pass(execution).status == ExecutionStatus.STARTED  # waits for "go"
     changed.touch()  # a careless deploy: the new code runs in new processes, which keep no live run
     live.clear()
     services.send_event(execution.pk, "go")
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.FAILED
     assert execution.error == (f"non-deterministic workflow: step 'x' was stored as {stored}, and this replay asked "
                                f"for {asked}; workflow code must ask for the same steps, with the same operations "
@@ -344,22 +339,22 @@ def test_a_replay_that_asks_for_a_stored_step_differently_fails_the_execution(tm
 def test_a_replay_that_asks_for_the_same_call_is_not_refused(tmp_path):
     execution = start("it_changing", agent="a1", changed_path=str(tmp_path / "never"), change="none")
     succeed(execution, "x")
-    assert advance(execution).status == ExecutionStatus.STARTED
+    assert run_pass(execution).status == ExecutionStatus.STARTED
     services.send_event(execution.pk, "go")
-    assert advance(execution).status == ExecutionStatus.COMPLETED
+    assert run_pass(execution).status == ExecutionStatus.COMPLETED
 
 
 def test_code_that_catches_the_guards_error_cannot_hide_it(tmp_path):
     execution = start("it_swallows_nondeterminism", agent="a1", changed_path=str(tmp_path / "changed"))
     (tmp_path / "changed").touch()  # a deploy: new processes, no live run
     live.clear()
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.FAILED
     assert "non-deterministic workflow: step 'x'" in execution.error
 
 
 def test_a_tuple_argument_asks_for_the_call_stored_with_a_list():
     execution = start("it_tuple_args", agent="a1")
-    assert advance(execution).status == ExecutionStatus.STARTED
+    assert run_pass(execution).status == ExecutionStatus.STARTED
     succeed(execution, "t")
-    assert advance(execution).status == ExecutionStatus.COMPLETED
+    assert run_pass(execution).status == ExecutionStatus.COMPLETED

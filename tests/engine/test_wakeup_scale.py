@@ -6,7 +6,6 @@ tests/integration/test_wakeup_scale.py."""
 from datetime import timedelta
 
 import pytest
-from django.test import override_settings
 from django.utils import timezone
 
 from bench.suspended import clone_waiting
@@ -15,13 +14,7 @@ from workflows_app.engine import dispatcher, tick
 from workflows_app.models import Event, Execution, Wait
 from workflows_app.states import ExecutionStatus, WaitOutcome
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def with_the_test_workflows():
-    with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"]):
-        yield
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("with_the_test_workflows")]
 
 
 def test_the_sweep_reads_a_batch_of_started_executions_per_pass_and_comes_round_again(make_execution, outbox, monkeypatch):

@@ -24,10 +24,11 @@ from agents.runner import OperationContext
 from agents.worker import local
 from tests.workflows import UNSTORABLE_TEXT, bad_value
 from workflows_app import services, signing, values
-from workflows_app.engine import dispatcher, reports
+from workflows_app.engine import reports
 from workflows_app.errors import ValueRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
+from tests.engine.passes import run_pass
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox")]
 #: The tests of workflow code run with every pass replaying it, and with a live run kept.
@@ -65,12 +66,6 @@ def api(superuser):
     return client
 
 
-def advance(execution) -> Execution:
-    dispatcher.run_pass(execution.pk)
-    execution.refresh_from_db()
-    return execution
-
-
 def produce(execution) -> Operation:
     """The step ``produce``, claimed by its agent (test set-up: the state a claim leaves)."""
     operation = Operation.objects.get(execution_id=execution.pk, name="produce")
@@ -97,7 +92,7 @@ def assert_every_page_answers(api, client, execution):
 @in_workflow_code
 @pytest.mark.parametrize("kind", BAD)
 def test_an_operation_result_that_cannot_be_stored_fails_it_for_good_naming_why(kind, api, client, superuser):
-    execution = advance(services.start("it_bad_value", {"where": "result", "kind": kind}))
+    execution = run_pass(services.start("it_bad_value", {"where": "result", "kind": kind}))
     operation = produce(execution)
 
     reports.record_success(operation, operation.attempt, bad_value(kind))
@@ -107,7 +102,7 @@ def test_an_operation_result_that_cannot_be_stored_fails_it_for_good_naming_why(
     assert (operation.current_retries, operation.max_retries) == (0, 3)
     assert operation.error["type"] == "ValueRefused" and "the operation's result" in operation.error["message"]
     assert operation.result is None
-    execution = advance(execution)
+    execution = run_pass(execution)
     assert execution.status == ExecutionStatus.FAILED, "never left waiting for a result that cannot come"
     assert "produce" in execution.error
     client.force_login(superuser)
@@ -119,7 +114,7 @@ def test_an_operation_result_that_cannot_be_stored_fails_it_for_good_naming_why(
 @pytest.mark.parametrize("where, refused", [("payload", "payload"), ("arguments", "step 'produce' args")])
 def test_a_payload_or_step_arguments_that_cannot_be_stored_fail_the_execution_storing_nothing(
         where, refused, kind, api, client, superuser):
-    execution = advance(services.start("it_bad_value", {"where": where, "kind": kind}))
+    execution = run_pass(services.start("it_bad_value", {"where": where, "kind": kind}))
 
     assert execution.status == ExecutionStatus.FAILED
     assert f"ValueRefused: {refused}" in execution.error
@@ -132,7 +127,7 @@ def test_a_payload_or_step_arguments_that_cannot_be_stored_fail_the_execution_st
 @in_workflow_code
 def test_an_error_quoting_unstorable_text_is_stored_cleaned_and_the_step_retried(api, client, superuser):
     """What an exception says is not refused: a failure must always be recorded."""
-    execution = advance(services.start("it_bad_value", {"where": "error", "kind": "ok"}))
+    execution = run_pass(services.start("it_bad_value", {"where": "error", "kind": "ok"}))
     operation = produce(execution)
 
     reports.record_failure(operation, operation.attempt, {"type": "RecoverableError", "message": UNSTORABLE_TEXT,
@@ -149,7 +144,7 @@ def test_an_error_quoting_unstorable_text_is_stored_cleaned_and_the_step_retried
 
 @in_workflow_code
 def test_a_reason_quoting_unstorable_text_ends_the_execution_with_it_cleaned():
-    execution = advance(services.start("it_bad_value", {"where": "reason", "kind": "ok"}))
+    execution = run_pass(services.start("it_bad_value", {"where": "reason", "kind": "ok"}))
 
     assert execution.status == ExecutionStatus.FAILED
     assert execution.error == "gave up on x-\\udcff \\x00 end"
@@ -157,7 +152,7 @@ def test_a_reason_quoting_unstorable_text_ends_the_execution_with_it_cleaned():
 
 @in_workflow_code
 def test_log_data_that_cannot_be_stored_is_refused_in_the_operation_and_nothing_logged(agent_link, monkeypatch):
-    execution = advance(services.start("it_bad_value", {"where": "log", "kind": "ok"}))
+    execution = run_pass(services.start("it_bad_value", {"where": "log", "kind": "ok"}))
     step = produce(execution)
     monkeypatch.setenv(local.NAME_ENV, step.agent)
     context = OperationContext(step.pk, step.attempt, signing.attempt_secret(step.pk, step.attempt, step.agent),
