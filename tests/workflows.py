@@ -158,10 +158,12 @@ def where(ctx, tag):
 @workflow(name="it_cromwell")
 def cromwell(ctx, agent_a, agent_b, a_seconds=2.0, b_seconds=0.3):
     """Cromwell's worked example: A and B independent, A1 after A, B1 after B; B
-    fails for good while A runs. The failure mode comes from the execution."""
+    fails for good while A runs (it waits until A has started: A's claim, which stores it
+    ``started``, comes before B's failure however the two agents are scheduled). The failure
+    mode comes from the execution."""
     g = ctx.graph()
     a = g.add("A", step, "A", sleep=a_seconds, agent=agent_a)
-    b = g.add("B", step, "B", sleep=b_seconds, fail="nonrecoverable", agent=agent_b)
+    b = g.add("B", step, "B", sleep=b_seconds, fail="nonrecoverable", agent=agent_b, after="A")
     g.add("A1", step, "A1", agent=agent_a, depends_on=[a])
     g.add("B1", step, "B1", agent=agent_b, depends_on=[b])
     return g.run()
