@@ -214,7 +214,7 @@ class Replay:
         if name not in self.operations:
             raise WorkflowError(f"cancel_step: no step named {name!r} in this execution")
         return bool(stopping.cancel(self.execution, [self.operations[name]], "cancelled by the workflow (cancel_step)",
-                                 dependents=True, known=self.operations))
+                                    dependents=True, known=self.operations))
 
     def set_payload(self, payload):
         if not isinstance(payload, dict):

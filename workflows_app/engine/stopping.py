@@ -30,6 +30,7 @@ from django.utils import timezone
 from workflows_app import broker
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import progress
+from workflows_app.errors import TransitionRefused, WorkflowError
 from workflows_app.models import Event, Execution, Operation, OperationDependency
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import (
@@ -45,7 +46,6 @@ from workflows_app.states import (
     OperationState,
     StepKind,
 )
-from workflows_app.errors import TransitionRefused, WorkflowError
 from workflows_app.transitions import execution_transition, operation_transition
 
 #: How often a cancel reads a step again that an agent moved on meanwhile (sent -> started).
@@ -104,7 +104,7 @@ def _force_cancel(execution):
     """Every operation that is not terminal is cancelled at once, running or not, without
     signalling its processes; what they report later is kept as ``stale_report``."""
     cancel_in_states(execution, OPERATION_ACTIVE, "cancelled: the execution was force-cancelled",
-                           stop_processes=False)
+                     stop_processes=False)
     execution_transition(execution, ExecutionStatus.CANCELLED, message="force-cancelled")
 
 
