@@ -24,7 +24,7 @@ FAILED = {"type": "NonRecoverableError", "message": "charge fails for good", "tr
 
 
 @pytest.fixture(autouse=True)
-def test_workflows():
+def with_the_test_workflows_and_quick_retries():
     with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.workflows"], WORKFLOWS={"RETRY_INTERVAL": 0.2}):
         yield
 
