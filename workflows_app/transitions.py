@@ -23,7 +23,6 @@ module, so this module cannot name it; the table is passed down instead of impor
 
 import functools
 import json
-import logging
 from contextlib import nullcontext
 
 from django.db import connection, transaction
@@ -45,8 +44,6 @@ from workflows_app.states import (
     OperationState,
     execution_event_type,
 )
-
-logger = logging.getLogger(__name__)
 
 #: ``react(execution, source, target, event)``, called once an execution transition commits
 #: (:func:`react_with`); until the app is ready, nothing follows a transition.

@@ -45,7 +45,13 @@ def call(execution, source, target, event):
         try:
             fn(ExecutionStatus(target), ctx)
         except Exception as exc:
-            name = getattr(fn, "__qualname__", repr(fn))
-            logger.exception("listener %s failed", name)
-            record_event(execution.pk, EventType.LISTENER_FAILED, f"{name} raised {type(exc).__name__}: {exc}",
-                         {"listener": name, "status": ExecutionStatus(target).value})
+            record_failure(execution, target, fn, exc)
+
+
+def record_failure(execution, target, fn, exc):
+    """``fn`` (a listener, or any reaction to ``execution`` entering ``target``) raised ``exc``:
+    logged, and recorded as a ``listener_failed`` event naming it."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    logger.error("%s failed after execution %s went %s", name, execution.pk, target, exc_info=exc)
+    record_event(execution.pk, EventType.LISTENER_FAILED, f"{name} raised {type(exc).__name__}: {exc}",
+                 {"listener": name, "status": ExecutionStatus(target).value})

@@ -10,15 +10,9 @@ The table is handed to ``transitions.react_with`` when the app is ready
 (``WorkflowsConfig.ready``): transitions sit below the engine and cannot import it.
 """
 
-import logging
-
 from workflows_app.engine import children, deployments, listeners
 from workflows_app.models import Execution
 from workflows_app.signals import execution_status_changed
-from workflows_app.states import EventType
-from workflows_app.transitions import record_event
-
-logger = logging.getLogger(__name__)
 
 
 def announce(execution, source, target, event):
@@ -28,7 +22,7 @@ def announce(execution, source, target, event):
         sender=Execution, execution=execution, source=source, target=target, event=event)
     for receiver, response in responses:
         if isinstance(response, Exception):
-            _failed(execution, target, receiver, response)
+            listeners.record_failure(execution, target, receiver, response)
 
 
 #: In this order. A terminal execution frees its deployment first, so the next queued one is
@@ -46,11 +40,4 @@ def after_execution_transition(execution, source, target, event):
         try:
             react(execution, source, target, event)
         except Exception as exc:
-            _failed(execution, target, react, exc)
-
-
-def _failed(execution, target, react, exc):
-    name = getattr(react, "__qualname__", repr(react))
-    logger.error("%s failed after execution %s went %s", name, execution.pk, target, exc_info=exc)
-    record_event(execution.pk, EventType.LISTENER_FAILED, f"{name!s} raised {type(exc).__name__}: {exc}",
-                 {"listener": name, "status": target.value})
+            listeners.record_failure(execution, target, react, exc)
