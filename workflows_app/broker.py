@@ -26,11 +26,15 @@ Everything sent here is JSON, whatever the project's ``task_serializer`` or
 (``agents.worker.pool.json_only``). Messages say ``serializer="json"``; their ``task-sent``
 events and the remote-control commands go through a dispatcher and a remote-control client of
 Switchyard's own (:func:`_event_dispatcher`, :func:`_control`), set to JSON.
+
+The test harness (``workflows_app.testing``) plays the managers and agents in the test's own
+process: inside :func:`diverted`, the engine's messages go to it instead of the broker.
 """
 
 import functools
 import json
 import logging
+from contextlib import contextmanager
 
 import kombu
 from celery import current_app
@@ -44,6 +48,25 @@ from workflows_app.models.operation import task_id_for
 from workflows_app.signing import attempt_secret
 
 logger = logging.getLogger(__name__)
+
+#: Where the engine's messages go instead of the broker, inside :func:`diverted`.
+_outlet = None
+
+
+@contextmanager
+def diverted(outlet):
+    """Inside the block, what the engine would send goes to ``outlet`` instead, in this process:
+    ``outlet.advance(execution_id)``, ``outlet.operations(operations)``,
+    ``outlet.kill(execution_id, attempts, dispatcher)``, ``outlet.cancel(attempts)`` and
+    ``outlet.revoke(task_ids, terminate)`` (the test harness runs them itself). One at a time."""
+    global _outlet
+    if _outlet is not None:
+        raise RuntimeError("the broker is diverted already: one test harness at a time")
+    _outlet = outlet
+    try:
+        yield outlet
+    finally:
+        _outlet = None
 
 ADVANCE_TASK = "workflows_app.advance"
 RUNNER_TASK = "agents.run_operation"
@@ -178,6 +201,8 @@ def send_advance(execution_id, workflow_id=None):
     ``task-sent`` here, and its task says ``send_events=False`` (``workflows_app.tasks``) — so
     Flower's task list (which keeps a bounded number of tasks) holds operations only, and a
     start, a wake-up or an imperative step does not pay for four event messages on its way."""
+    if _outlet is not None:
+        return _outlet.advance(str(execution_id))
     app = current_app
     app.send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
                   ignore_result=True, serializer=SERIALIZER, event_dispatcher=_NO_SENT_EVENT,
@@ -197,8 +222,10 @@ def send_operations(operations):
     Each message is named after its workflow (:func:`operation_headers`), taken from the
     execution an operation holds (a caller that has the execution attaches it: no query), else
     read for all of them in one query."""
-    app = current_app
     operations = list(operations)
+    if _outlet is not None:
+        return _outlet.operations(operations)
+    app = current_app
     workflows = _workflow_ids(operations)
     with app.producer_or_acquire() as producer:
         for operation in operations:
@@ -241,6 +268,8 @@ def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
     id and attempt) and, with ``dispatcher``, the execution's dispatcher: SIGTERM now, SIGKILL
     after ``KILL_GRACE_SECONDS`` (``agents.worker.control``). Fire and forget: fencing covers a worker
     that does not hear it."""
+    if _outlet is not None:
+        return _outlet.kill(str(execution_id), [(str(pk), attempt) for pk, attempt in attempts], dispatcher)
     _control().broadcast(
         KILL_COMMAND,
         arguments={"execution_id": str(execution_id), "attempts": [[str(pk), attempt] for pk, attempt in attempts],
@@ -290,12 +319,16 @@ def broadcast_cancel(attempts):
     attempt) that they are cancelled: ``ctx.is_cancelled()`` becomes true in them
     (``agents.worker.control``). Fire and forget: the engine asks again on each pass of a
     cancelling execution, and kills what still runs after CANCEL_TIMEOUT."""
+    if _outlet is not None:
+        return _outlet.cancel([(str(pk), attempt) for pk, attempt in attempts])
     _control().broadcast(CANCEL_COMMAND, arguments={"attempts": [[str(pk), attempt] for pk, attempt in attempts]},
                          reply=False)
 
 
 def waiting_messages(queue):
     """How many messages wait in ``queue`` now; ``None`` when the broker cannot say."""
+    if _outlet is not None:
+        return 0  # what the harness was given, it has run
     try:
         with current_app.connection_for_read() as connection:
             return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
@@ -309,6 +342,8 @@ def revoke(task_ids, *, terminate=False):
     not started, and with ``terminate`` signals the pool process running it. Fencing, not this
     in-memory list, is the guarantee (a worker started later never heard of it)."""
     task_ids = list(task_ids)
+    if _outlet is not None:
+        return _outlet.revoke(task_ids, terminate)
     if task_ids:
         _control().revoke(task_ids, terminate=terminate, signal="SIGTERM")
 

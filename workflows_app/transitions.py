@@ -27,9 +27,8 @@ from contextlib import nullcontext
 
 from django.db import connection, transaction
 from django.db.models import F
-from django.utils import timezone
 
-from workflows_app import db
+from workflows_app import clock, db
 from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, TransitionRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.models.execution import hash_token, new_token
@@ -84,7 +83,7 @@ def create_operation(operation, target) -> Operation:
     attempt = operation.attempt + 1 if target == OperationState.SENDING else operation.attempt
     event = _operation_event(operation, source, target, attempt, "", None)
     operation.state, operation.attempt = target, attempt
-    setattr(operation, OPERATION_STATE_TIMESTAMP[target], timezone.now())
+    setattr(operation, OPERATION_STATE_TIMESTAMP[target], clock.now())
     return _insert_with_event(operation, event)
 
 
@@ -149,7 +148,7 @@ def execution_transition(execution, target, *, message="", data=None, token=None
     if target not in EXECUTION_TRANSITIONS[source]:
         raise InvalidTransition("execution", execution.pk, source, target, source)
 
-    now = timezone.now()
+    now = clock.now()
     updates = {"status": target, **fields}
     if target == ExecutionStatus.STARTED and execution.started_at is None:
         updates.setdefault("started_at", now)
@@ -214,7 +213,7 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
     if target not in OPERATION_TRANSITIONS[source]:
         raise InvalidTransition("operation", operation.pk, source, target, source)
 
-    updates = {"state": target, OPERATION_STATE_TIMESTAMP[target]: timezone.now(), **fields}
+    updates = {"state": target, OPERATION_STATE_TIMESTAMP[target]: clock.now(), **fields}
     if target == OperationState.SENDING:
         updates["attempt"] = operation.attempt + 1
 
@@ -288,7 +287,7 @@ def _update_with_event_params(model, conditions, updates, event):
     params = [meta.get_field(name).get_db_prep_save(value, connection) for name, value in updates.items()]
     params += [(meta.pk if name == "pk" else meta.get_field(name)).get_db_prep_value(value, connection)
                for name, value in conditions.items()]
-    event.timestamp = timezone.now()
+    event.timestamp = clock.now()
     params += [field.get_db_prep_save(event.timestamp if field.name == "timestamp" else getattr(event, field.attname), connection)
                for field in map(Event._meta.get_field, EVENT_COLUMNS)]
     return params
@@ -328,7 +327,7 @@ def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
     if connection.vendor != "postgresql":
         return None
     sent, started = OperationState.SENT, OperationState.STARTED
-    now = timezone.now()
+    now = clock.now()
     sent_event = {"from": OperationState.SENDING.value, "to": sent.value, "attempt": attempt}
     started_event = {"from": sent.value, "to": started.value, "attempt": attempt, **(data or {})}
     params = [
@@ -396,7 +395,7 @@ def operations_transition(operations, target, *, message="", data=None) -> list:
     if not operations:
         return []
 
-    now = timezone.now()
+    now = clock.now()
     with _atomic():
         # Lock only the rows still in a state they may move from: a row another writer moved on
         # is not waited for nor held (an agent recording its result may need it).

@@ -13,9 +13,8 @@ import traceback
 import uuid
 
 from django.db import connection, transaction
-from django.utils import timezone
 
-from workflows_app import db, outages, values
+from workflows_app import clock, db, outages, values
 from workflows_app.engine import children, failures, live, policy, stopping
 from workflows_app.engine.context import WorkflowCancelled, WorkflowFailed
 from workflows_app.engine.handles import Suspend
@@ -88,7 +87,7 @@ def _run(execution, run, *, new=False):
     """One pass: ``run`` is the live run this process kept, brought up to date, or ``None``
     (the function runs from the top, in a new run). ``new``: the execution starts now (it has
     no steps). Returns the pass' run, if there was one."""
-    now = timezone.now()
+    now = clock.now()
     if policy.timeout_due(execution, now):
         end(execution, ExecutionStatus.TIMED_OUT, f"the execution's timeout of {execution.timeout}s passed")
         return run

@@ -7,8 +7,7 @@ Nothing here writes: the engine asks, then acts (``progress``, ``reports``, ``fa
 
 from datetime import timedelta
 
-from django.utils import timezone
-
+from workflows_app import clock
 from workflows_app.conf import workflows_settings
 from workflows_app.models import Event, Operation
 from workflows_app.states import EventType, ExecutionStatus, FailureMode, OperationState
@@ -61,7 +60,7 @@ def timeout_due(execution, now=None) -> bool:
     run: its start, or its latest resume (a resumed execution gets its whole timeout again)."""
     if execution.timeout is None or execution.started_at is None:
         return False
-    now, limit = now or timezone.now(), timedelta(seconds=execution.timeout)
+    now, limit = now or clock.now(), timedelta(seconds=execution.timeout)
     if execution.started_at + limit > now:
         return False  # not due even counted from the start: no need to look for a resume (the tick's common case)
     resumed = (Event.objects.filter(execution_id=execution.pk, type=EventType.WORKFLOW_RESUMED)

@@ -8,9 +8,8 @@ which calls back here to send what the report made ready.
 import functools
 
 from django.db import connection, transaction
-from django.utils import timezone
 
-from workflows_app import broker, db
+from workflows_app import broker, clock, db
 from workflows_app.engine import children, policy
 from workflows_app.models import Execution, Operation
 from workflows_app.states import (
@@ -135,7 +134,7 @@ def _can_progress_sql():
 
 def send_due_retries(now=None, limit=500):
     """Send every rescheduled operation whose ``next_attempt_at`` has passed (the tick)."""
-    now = now or timezone.now()
+    now = now or clock.now()
     due = Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__lte=now).values_list("pk", "execution_id")[:limit]
     sent = 0
     for pk, execution_id in due:

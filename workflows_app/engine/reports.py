@@ -16,9 +16,8 @@ import functools
 from datetime import timedelta
 
 from django.db import connection, transaction
-from django.utils import timezone
 
-from workflows_app import broker, db, values
+from workflows_app import broker, clock, db, values
 from workflows_app.engine import policy, progress, stopping
 from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Operation, OperationDependency
@@ -117,7 +116,7 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
         if delay is not None and policy.allows_new_calls(execution):
             target, fields = OperationState.RESCHEDULED, {
                 "current_retries": operation.current_retries + 1,
-                "next_attempt_at": timezone.now() + timedelta(seconds=delay),
+                "next_attempt_at": clock.now() + timedelta(seconds=delay),
             }
         else:
             target, fields = OperationState.FAILED, {}

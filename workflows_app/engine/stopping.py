@@ -25,9 +25,8 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Max
-from django.utils import timezone
 
-from workflows_app import broker
+from workflows_app import broker, clock
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import progress
 from workflows_app.errors import TransitionRefused, WorkflowError
@@ -159,7 +158,7 @@ def cancelling_since(execution):
 def cancel_timed_out(execution, now=None) -> bool:
     since = cancelling_since(execution)
     limit = timedelta(seconds=workflows_settings.CANCEL_TIMEOUT)
-    return since is not None and since + limit <= (now or timezone.now())
+    return since is not None and since + limit <= (now or clock.now())
 
 
 # --- steps ---------------------------------------------------------------------------------

@@ -9,13 +9,19 @@ tick at once.
 import logging
 from datetime import timedelta
 
-from django.utils import timezone
+from django.db.models import Min
 
-from workflows_app import broker
+from workflows_app import broker, clock
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import children, deployments, failures, policy, progress, recovery, reports, stopping, waits
 from workflows_app.models import Execution, Operation
-from workflows_app.states import EXECUTION_CANCELLING, ExecutionStatus, FailureMode, OperationState, StepKind
+from workflows_app.states import (
+    EXECUTION_CANCELLING,
+    ExecutionStatus,
+    FailureMode,
+    OperationState,
+    StepKind,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +46,8 @@ BROKER_CHECK_SECONDS = 3
 def run(now=None):
     """One pass of the tick (a manager runs one every half second)."""
     global _last_sweep
-    now = now or timezone.now()
-    progress.send_due_retries(now)
-    fail_timed_out_operations(now)
-    wake_due_executions(now)
+    now = now or clock.now()
+    run_deadlines(now)
     if _last_sweep is None or (now - _last_sweep).total_seconds() >= SWEEP_EVERY_SECONDS:
         _last_sweep = now
         resend_stuck_messages(now)
@@ -51,6 +55,49 @@ def run(now=None):
         recovery.broker_watch.check(every=BROKER_CHECK_SECONDS)
     except Exception as exc:  # the broker is down: the next tick looks again
         logger.warning("could not reach the broker: %s", exc)
+
+
+def run_deadlines(now):
+    """What has fallen due by ``now``: retries whose back-off passed are sent, operations past
+    their timeout fail, executions whose stored deadline passed are woken."""
+    progress.send_due_retries(now)
+    fail_timed_out_operations(now)
+    wake_due_executions(now)
+
+
+def next_deadline(after):
+    """The earliest stored deadline later than ``after`` that :func:`run_deadlines` acts on, or
+    ``None``: an open wait's (a sleep, an event wait's timeout, a workflow's retry), a retry's
+    back-off, a started operation's or execution's timeout, a failure's wait for the running
+    steps, a cancel's CANCEL_TIMEOUT. The test harness moves its clock there."""
+    found = [waits.next_deadline(after),
+             Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__gt=after)
+             .aggregate(at=Min("next_attempt_at"))["at"]]
+    for started_at, timeout in Operation.objects.filter(state=OperationState.STARTED, timeout__isnull=False) \
+            .values_list("started_at", "timeout"):
+        found.append(started_at + timedelta(seconds=timeout))
+    for started_at, timeout in Execution.objects.filter(status=ExecutionStatus.STARTED, timeout__isnull=False) \
+            .values_list("started_at", "timeout"):
+        found.append(started_at + timedelta(seconds=timeout))
+    stop_wait = failures.stop_wait_seconds()
+    for failed_at, wait, mode in _failing().values_list("failed_at", "execution__wait_after_fail",
+                                                         "execution__failure_mode"):
+        found.append(failed_at + timedelta(seconds=stop_wait if mode == FailureMode.FAIL_FAST else wait))
+    limit = timedelta(seconds=workflows_settings.CANCEL_TIMEOUT)
+    for execution in Execution.objects.filter(status__in=EXECUTION_CANCELLING).only("pk"):
+        since = stopping.cancelling_since(execution)
+        if since is not None:
+            found.append(since + limit)
+    later = [at for at in found if at is not None and at > after]
+    return min(later, default=None)
+
+
+def _failing():
+    """The failed operations whose failure is not handled yet, of started executions outside
+    continue_while_possible: their execution waits for its running steps, within a limit."""
+    return (Operation.objects.filter(execution__status=ExecutionStatus.STARTED, state=OperationState.FAILED,
+                                     failure_handled=False)
+            .exclude(execution__failure_mode=FailureMode.CONTINUE_WHILE_POSSIBLE))
 
 
 def fail_timed_out_operations(now):
@@ -79,11 +126,8 @@ def wake_due_executions(now):
     # A failure not handled yet, outside continue_while_possible, waits for the running steps
     # at most wait_after_fail (no_new_calls), and for the processes of those it cancelled at most
     # stop_wait_seconds (engine.failures); once handled it no longer does.
-    failing = (Operation.objects.filter(execution__status=ExecutionStatus.STARTED, state=OperationState.FAILED,
-                                        failure_handled=False)
-               .exclude(execution__failure_mode=FailureMode.CONTINUE_WHILE_POSSIBLE))
     stop_wait = failures.stop_wait_seconds()
-    for execution_id, failed_at, wait, mode in failing.values_list("execution_id", "failed_at",
+    for execution_id, failed_at, wait, mode in _failing().values_list("execution_id", "failed_at",
                                                                    "execution__wait_after_fail", "execution__failure_mode"):
         if failed_at + timedelta(seconds=stop_wait if mode == FailureMode.FAIL_FAST else wait) <= now:
             due.add(execution_id)

@@ -11,10 +11,9 @@ manager's tick for waits whose deadline passed (:func:`due_executions`).
 import math
 from datetime import timedelta
 
-from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
+from django.db.models import Exists, Min, OuterRef, Q
 
-from workflows_app import values
+from workflows_app import clock, values
 from workflows_app.errors import ValueRefused
 from workflows_app.models import Event, Wait
 from workflows_app.states import EventType, ExecutionStatus, WaitKind, WaitOutcome
@@ -48,7 +47,7 @@ def check_seconds(value, what, *, optional=False):
 
 def open_wait(execution, key, kind, name="", timeout=None):
     """Store a new wait (the first replay that reaches it); its deadline counts from now."""
-    deadline = timezone.now() + timedelta(seconds=timeout) if timeout is not None else None
+    deadline = clock.now() + timedelta(seconds=timeout) if timeout is not None else None
     return Wait.objects.create(execution=execution, key=key, kind=kind, name=name, timeout=timeout, deadline=deadline)
 
 
@@ -67,7 +66,7 @@ def settle(wait, now=None):
     such event, an event wait times out and a sleep has elapsed."""
     if wait.outcome != WaitOutcome.WAITING:
         return wait
-    now = now or timezone.now()
+    now = now or clock.now()
     if wait.kind == WaitKind.EVENT:
         event = oldest_untaken_event(wait.execution_id, wait.name)
         if event is not None and (wait.deadline is None or event.timestamp <= wait.deadline):
@@ -82,7 +81,7 @@ def cancel(wait):
     """``cancel_step`` of a wait: ``cancelled`` unless it has ended already (then no-op)."""
     if wait.outcome != WaitOutcome.WAITING:
         return False
-    _store_outcome(wait, WaitOutcome.CANCELLED, timezone.now())
+    _store_outcome(wait, WaitOutcome.CANCELLED, clock.now())
     return True
 
 
@@ -101,9 +100,16 @@ def due_executions(now=None):
     """Ids of started executions with an open wait whose deadline passed: the tick advances
     them (one query on the partial index of open deadlines). An execution that ended is never
     woken by its waits."""
-    now = now or timezone.now()
+    now = now or clock.now()
     due = Wait.objects.filter(outcome=WaitOutcome.WAITING, deadline__lte=now, execution__status=ExecutionStatus.STARTED)
     return set(due.values_list("execution_id", flat=True).distinct())
+
+
+def next_deadline(after):
+    """The earliest deadline of an open wait of a started execution later than ``after``, or
+    ``None`` (the test harness moves its clock there)."""
+    return (Wait.objects.filter(outcome=WaitOutcome.WAITING, deadline__gt=after, execution__status=ExecutionStatus.STARTED)
+            .aggregate(at=Min("deadline"))["at"])
 
 
 def only_waiting(stale, after=None, upto=None):
