@@ -22,6 +22,9 @@ from workflows_app.engine import live
 from workflows_app.models import Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
 
+#: The package's own pytest plugin (an installed package registers it through its entry point).
+pytest_plugins = ["workflows_app.testing"]
+
 REQUIRED = {s.strip() for s in os.environ.get("SWITCHYARD_REQUIRE", "").split(",") if s.strip()}
 
 

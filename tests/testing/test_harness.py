@@ -1,0 +1,144 @@
+"""The ``switchyard`` fixture: workflows run to their end inside a test, on its database, with
+the test's clock."""
+
+from datetime import timedelta
+
+import pytest
+
+from tests.testing.workflows import harness_add, harness_charge, harness_order
+from workflows_app.sdk import NonRecoverableError, RecoverableError
+from workflows_app.testing.harness import HarnessError
+
+
+def test_a_workflow_runs_to_its_end_and_its_hour_long_sleep_elapses_at_once(switchyard):
+    result = switchyard.run(harness_order, {"n": 8})
+
+    assert result.status == "completed"
+    assert result.payload == {"total": 28, "charged": 28}
+    assert [result.result(f"add-{i}") for i in range(8)] == [0, 1, 3, 6, 10, 15, 21, 28]
+    assert {op.state for op in result.operations.values()} == {"succeeded"}
+    # The test's clock went past the sleep; the stored times are the test's.
+    assert result.execution.ended_at - result.execution.started_at >= timedelta(hours=1)
+    assert result.operations["charge"].started_at - result.operations["add-7"].succeeded_at >= timedelta(hours=1)
+    assert result.event_types()[-1] == "workflow_completed"
+
+
+def test_start_leaves_the_clock_to_the_test(switchyard):
+    result = switchyard.start("harness_order", {"n": 2})
+    assert result.status == "started"
+    assert sorted(result.operations) == ["add-0", "add-1"]
+
+    switchyard.advance(seconds=3599)
+    assert "charge" not in result.refresh().operations
+
+    switchyard.advance(seconds=1)
+    assert result.refresh().status == "completed"
+    assert result.payload == {"total": 1, "charged": 1}
+
+
+def test_a_fake_that_raises_once_is_retried_after_the_operations_own_back_off(switchyard):
+    charge = switchyard.fake(harness_charge, raises=RecoverableError("the card service is busy"), times=1,
+                             returns={"charged": "fake"})
+    result = switchyard.run(harness_order, {"n": 1})
+
+    assert result.status == "completed"
+    assert result.payload == {"total": 0, "charged": "fake"}
+    assert charge.calls == [((0,), {}), ((0,), {})]
+    operation = result.operations["charge"]
+    assert operation.attempt == 2
+    assert operation.started_at - operation.rescheduled_at >= timedelta(seconds=600)  # harness_charge's retry_interval
+
+
+def test_a_fake_that_always_raises_fails_the_execution_naming_the_step(switchyard):
+    switchyard.fake("harness_add", raises=NonRecoverableError("no arithmetic today"))
+    result = switchyard.run(harness_order)
+
+    assert result.status == "failed"
+    assert "add-0" in result.error and "no arithmetic today" in result.error
+    assert result.operations["add-0"].state == "failed"
+    assert "charge" not in result.operations
+
+
+def test_fakes_return_a_copy_and_are_gone_with_the_harness(switchyard):
+    fake = switchyard.fake(harness_add, returns=7)
+    assert switchyard.run(harness_order, {"n": 2}).payload == {"total": 7, "charged": 7}
+    assert len(fake.calls) == 2
+
+    switchyard.__exit__(None, None, None)
+    assert harness_add.func(None, 2, 3) == 5
+    switchyard.__enter__()
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"times": 1}, ValueError),
+    ({"raises": RecoverableError("x"), "times": 0}, ValueError),
+    ({"raises": RecoverableError("x"), "times": True}, ValueError),
+    ({"raises": RecoverableError}, TypeError),
+    ({"returns": {1, 2}}, TypeError),
+])
+def test_a_fake_is_refused_what_it_could_not_do(switchyard, kwargs, error):
+    with pytest.raises(error):
+        switchyard.fake(harness_add, **kwargs)
+
+
+def test_an_event_sent_by_the_test_reaches_the_waiting_workflow(switchyard):
+    result = switchyard.start("harness_approval")
+    assert result.status == "started"
+
+    switchyard.send_event(result, "approved", {"user": "ann"})
+    assert result.status == "completed"
+    assert result.payload == {"approved_by": "ann"}
+
+
+def test_an_event_waits_timeout_elapses_when_the_test_runs_it_to_its_end(switchyard):
+    result = switchyard.run("harness_approval", {"timeout": 86400})
+    assert result.status == "completed"
+    assert result.payload == {"approved_by": None}
+    assert result.execution.ended_at - result.execution.started_at >= timedelta(days=1)
+
+
+def test_an_event_waits_timeout_elapses_only_when_the_clock_passes_it(switchyard):
+    result = switchyard.start("harness_approval", {"timeout": 60})
+    switchyard.advance(seconds=59)
+    assert result.refresh().status == "started"
+    switchyard.advance(minutes=1)
+    assert result.refresh().payload == {"approved_by": None}
+
+
+def test_an_execution_timeout_elapses_on_the_tests_clock(switchyard):
+    result = switchyard.run("harness_forever", timeout=120)
+    assert result.status == "timed_out"
+
+
+def test_a_workflow_that_only_the_test_can_end_is_reported(switchyard):
+    with pytest.raises(HarnessError, match="cannot end"):
+        switchyard.run("harness_forever")
+
+
+def test_a_cancel_ends_a_waiting_workflow(switchyard):
+    result = switchyard.start("harness_forever")
+    assert switchyard.cancel(result).status == "cancelled"
+
+
+def test_operations_of_an_agent_run_in_process_through_its_claim_and_reports(switchyard):
+    result = switchyard.run("harness_warehouse", {"skus": ["apple", "pear"]})
+
+    assert result.status == "completed"
+    assert result.payload == {"reserved": ["reserve-apple", "reserve-pear"]}
+    for name in ("reserve-apple", "reserve-pear"):
+        operation = result.operations[name]
+        assert (operation.agent, operation.attempt, operation.state) == ("warehouse", 2, "succeeded")
+        assert operation.result == {"marker": name.split("-")[1], "attempt": 2}
+    logs = [event for event in result.events if event.type == "log" and event.message == "got through"]
+    assert [event.data for event in logs] == [{"attempt": 2}, {"attempt": 2}]
+
+
+def test_the_clock_does_not_go_back(switchyard):
+    with pytest.raises(ValueError):
+        switchyard.advance(seconds=-1)
+
+
+def test_a_result_names_the_steps_it_has(switchyard):
+    result = switchyard.run(harness_order, {"n": 1})
+    with pytest.raises(HarnessError, match="add-0"):
+        result.result("add-9")

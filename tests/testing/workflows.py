@@ -1,0 +1,58 @@
+"""Workflows the harness' tests run (registered as a project's workflow modules are, by the
+``with_the_harness_workflows`` fixture)."""
+
+from workflows_app.sdk import EventTimeout, RecoverableError, operation, workflow
+
+
+@operation
+def harness_add(ctx, a, b):
+    return a + b
+
+
+@operation(max_retries=2, retry_interval=600)
+def harness_charge(ctx, amount):
+    return {"charged": amount}
+
+
+@operation(max_retries=3, retry_interval=30)
+def harness_busy_once(ctx, marker):
+    """Fails its first attempt (a retry gets past it), without a fake."""
+    if ctx.attempt == 1:
+        raise RecoverableError("busy: try again")
+    ctx.log("got through", attempt=ctx.attempt)
+    return {"marker": marker, "attempt": ctx.attempt}
+
+
+@workflow
+def harness_order(ctx, n=8):
+    """Ten steps: n additions, an hour's sleep, a charge."""
+    total = 0
+    for i in range(n):
+        total = ctx.await_execute(f"add-{i}", harness_add, total, i)
+    ctx.sleep(3600)
+    charged = ctx.await_execute("charge", harness_charge, total)
+    ctx.set_payload({"total": total, **charged})
+
+
+@workflow
+def harness_approval(ctx, timeout=86400):
+    try:
+        approval = ctx.await_event("approved", timeout=timeout)
+    except EventTimeout:
+        ctx.set_payload({"approved_by": None})
+        return
+    ctx.set_payload({"approved_by": approval["user"]})
+
+
+@workflow
+def harness_forever(ctx):
+    """Waits for an event that has no timeout: only the test can end it."""
+    ctx.await_event("never")
+
+
+@workflow
+def harness_warehouse(ctx, skus=("apple", "pear")):
+    lines = ctx.graph()
+    for sku in skus:
+        lines.add(f"reserve-{sku}", harness_busy_once, sku, agent="warehouse")
+    ctx.set_payload({"reserved": sorted(lines.run())})

@@ -1,0 +1,326 @@
+"""The test harness: a whole deployment — the managers and the agents — played in the test's own
+process, on the test's database, with a clock of its own.
+
+What the engine would send to the broker comes here instead (``workflows_app.broker.diverted``)
+and is run in order, in this thread: an advance is a pass of the dispatcher, an operation's
+attempt runs through the agents' own operation task on a line that hands its claim and its
+reports to the managers' intake at once (``agents.worker.link.through``). So a workflow runs
+under the engine's own rules — fencing, retries, failure modes, stored waits — and what a test
+reads afterwards is what the database holds.
+
+Time is the harness' :class:`Clock` (``workflows_app.clock.using``). When nothing is left to run
+and a stored deadline lies ahead (a durable sleep, a retry's back-off, an event wait's timeout,
+an execution's timeout), :meth:`Harness.run` moves the clock there at once and runs what fell
+due; :meth:`Harness.start` leaves the clock where it is, for the test to move
+(:meth:`Harness.advance`).
+
+Every step runs inside the test's transaction when there is one (pytest-django's ``db``): what
+the engine defers until a commit (``transaction.on_commit``) runs when its step ends.
+"""
+
+import json
+import os
+import tempfile
+from collections import deque
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from celery.exceptions import Reject, Retry
+from django.test import TestCase
+from django.utils import timezone
+
+from agents import intake
+from agents.runner import AttemptFailed, run_operation
+from agents.worker import link, local
+from workflows_app import broker, clock, services, wire
+from workflows_app.conf import VAR_DIR_ENV
+from workflows_app.engine import dispatcher, tick
+from workflows_app.models import Event, Execution, Operation
+from workflows_app.registry import get_operation, operation_name, workflow_name
+from workflows_app.signing import attempt_secret
+from workflows_app.states import EXECUTION_TERMINAL, OPERATION_TERMINAL
+
+#: The most messages one call runs before it gives up on a workflow that never settles (a loop
+#: that sleeps forever, say).
+MAX_STEPS = 100_000
+#: The incarnation of the agents the harness plays.
+INCARNATION = "test-harness"
+
+
+class HarnessError(AssertionError):
+    """The harness cannot do what the test asked: a workflow that never settles, one that waits
+    for something only the test can give, an operation's claim it could not answer."""
+
+
+class Clock:
+    """The test's time: it starts at the wall clock's time and moves only when told."""
+
+    def __init__(self, start=None):
+        self._now = start or timezone.now()
+
+    def now(self):
+        return self._now
+
+    def move_to(self, moment):
+        if moment < self._now:
+            raise ValueError(f"the test clock does not go back: {moment} is before {self._now}")
+        self._now = moment
+
+
+@dataclass
+class Fake:
+    """A registered operation's stand-in (:meth:`Harness.fake`): its first ``times`` calls raise
+    ``raises`` (every call when ``times`` is None), the others return ``returns``. ``calls`` lists
+    the arguments of each call, ``(args, kwargs)``."""
+
+    returns: object = None
+    raises: BaseException | None = None
+    times: int | None = None
+    calls: list = field(default_factory=list)
+
+    def __call__(self, ctx, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        if self.raises is not None and (self.times is None or len(self.calls) <= self.times):
+            raise self.raises
+        return json.loads(json.dumps(self.returns))  # a fresh copy: a caller may change what it got
+
+
+class Result:
+    """What a workflow run left in the database: its execution, its operations by step name, its
+    events in order. :meth:`refresh` reads them again."""
+
+    def __init__(self, execution_id):
+        self.id = execution_id
+        self.refresh()
+
+    def refresh(self):
+        self.execution = Execution.objects.get(pk=self.id)
+        self.operations = {operation.name: operation for operation in
+                           Operation.objects.filter(execution_id=self.id).order_by("pending_at", "name")}
+        self.events = list(Event.objects.filter(execution_id=self.id).order_by("id"))
+        return self
+
+    @property
+    def status(self):
+        return self.execution.status
+
+    @property
+    def payload(self):
+        return self.execution.payload
+
+    @property
+    def error(self):
+        return self.execution.error
+
+    def result(self, step):
+        """The stored result of ``step`` (a ``HarnessError`` if it has no such step)."""
+        try:
+            return self.operations[step].result
+        except KeyError:
+            raise HarnessError(f"execution {self.id} has no step {step!r}; it has {sorted(self.operations)}") from None
+
+    def event_types(self):
+        return [event.type for event in self.events]
+
+    def __repr__(self):
+        return f"<Result {self.execution.workflow_id} {self.id} {self.status}>"
+
+
+class Harness:
+    """Runs workflows in this process. Use it as a context manager (the ``switchyard`` fixture
+    does): inside, the engine's messages, its clock and the agents' line are the harness'."""
+
+    def __init__(self, *, start=None):
+        self.clock = Clock(start)
+        self._advances = deque()
+        self._attempts = deque()
+        self._fakes = {}
+        self._stack = None
+
+    # --- the context -------------------------------------------------------------------------
+    def __enter__(self):
+        stack = ExitStack()
+        try:
+            stack.enter_context(broker.diverted(_Outlet(self)))
+            stack.enter_context(clock.using(self.clock.now))
+            stack.enter_context(link.through(_Line(self)))
+            var_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="switchyard-harness-"))
+            stack.enter_context(_environment({local.INCARNATION_ENV: INCARNATION, VAR_DIR_ENV: var_dir}))
+            stack.callback(self._restore_fakes)
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, *exc_info):
+        stack, self._stack = self._stack, None
+        stack.close()
+
+    # --- what a test does --------------------------------------------------------------------
+    def start(self, workflow, parameters=None, **options) -> Result:
+        """Start ``workflow`` (its function or its name) with ``parameters`` (``options`` as
+        ``services.start`` takes them: ``failure_mode``, ``timeout``, ``deployment_id``...) and
+        run it until it waits for time to pass or for the test (an event). The clock stays."""
+        execution = self._step(lambda: services.start(workflow_name(workflow), parameters or {}, **options))
+        self._run_queued()
+        return Result(execution.pk)
+
+    def run(self, workflow, parameters=None, **options) -> Result:
+        """Start ``workflow`` and run it to its end, moving the clock past every deadline at once.
+        ``HarnessError`` if it cannot end without the test (it waits for an event with no timeout)."""
+        result = self.start(workflow, parameters, **options)
+        return self.finish(result)
+
+    def finish(self, result) -> Result:
+        """Run ``result``'s execution to its end, moving the clock past every deadline at once."""
+        self._run_queued()
+        while not self._ended(result.id):
+            due = tick.next_deadline(self.clock.now())
+            if due is None:
+                raise HarnessError(f"execution {result.id} cannot end: it waits for something only the test can give "
+                                   f"(an event?); its open steps: {self._open_steps(result.id)}")
+            self._move_to(due)
+        return result.refresh()
+
+    def send_event(self, result, name, payload=None) -> Result:
+        """Deliver the event ``name`` to ``result``'s execution and run what it wakes."""
+        self._step(lambda: services.send_event(result.id, name, payload))
+        self._run_queued()
+        return result.refresh()
+
+    def cancel(self, result) -> Result:
+        """Cancel ``result``'s execution and run what follows."""
+        self._step(lambda: services.cancel(result.id))
+        self._run_queued()
+        return result.refresh()
+
+    def advance(self, seconds=0.0, **delta) -> None:
+        """Move the clock on by ``seconds`` (and any of ``timedelta``'s keywords: ``hours=1``),
+        running everything that falls due on the way, in order."""
+        target = self.clock.now() + timedelta(seconds=seconds, **delta)
+        if target < self.clock.now():
+            raise ValueError("the test clock does not go back")
+        self._run_queued()
+        while True:
+            due = tick.next_deadline(self.clock.now())
+            if due is None or due > target:
+                break
+            self._move_to(due)
+        self._move_to(target)
+
+    def fake(self, operation, *, returns=None, raises=None, times=None) -> Fake:
+        """Replace the registered operation ``operation`` (its function or its name) while the
+        harness runs: it returns ``returns``; with ``raises``, it raises that exception instead —
+        on every call, or on the first ``times`` calls and returns ``returns`` after (a failure
+        that a retry gets past). The operation keeps its own retry policy."""
+        if times is not None and (raises is None or isinstance(times, bool) or not isinstance(times, int) or times < 1):
+            raise ValueError("times is the number of calls that raise (1 or more), with raises")
+        if raises is not None and not isinstance(raises, BaseException):
+            raise TypeError(f"raises is an exception instance, not {raises!r}")
+        json.dumps(returns)  # a fake returns JSON, as an operation must
+        definition = get_operation(operation_name(operation))
+        self._fakes.setdefault(definition, definition.func)
+        stand_in = Fake(returns=returns, raises=raises, times=times)
+        definition.func = stand_in
+        return stand_in
+
+    # --- the loop ----------------------------------------------------------------------------
+    def _run_queued(self):
+        for _ in range(MAX_STEPS):
+            if self._advances:
+                execution_id = self._advances.popleft()
+                self._step(lambda: dispatcher.run_pass(execution_id))
+            elif self._attempts:
+                self._deliver(*self._attempts.popleft())
+            else:
+                return
+        raise HarnessError(f"the workflow did not settle within {MAX_STEPS} messages")
+
+    def _deliver(self, operation_id, attempt, agent):
+        with _environment({local.NAME_ENV: agent}):
+            try:
+                run_operation.run(operation_id, attempt, secret=attempt_secret(operation_id, attempt, agent))
+            except (Retry, AttemptFailed):
+                pass  # the attempt failed and was reported: the engine decides what follows
+            except Reject as exc:
+                raise HarnessError(f"attempt {attempt} of operation {operation_id} was not run: {exc}") from None
+
+    def _move_to(self, moment):
+        self.clock.move_to(moment)
+        self._step(lambda: tick.run_deadlines(moment))
+        self._run_queued()
+
+    def _step(self, work):
+        """``work()``, then what it deferred until a commit — at once when the test holds a
+        transaction that never commits (pytest-django's ``db``)."""
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            return work()
+
+    def _ended(self, execution_id):
+        return Execution.objects.filter(pk=execution_id, status__in=EXECUTION_TERMINAL).exists()
+
+    def _open_steps(self, execution_id):
+        return sorted(Operation.objects.filter(execution_id=execution_id).exclude(state__in=OPERATION_TERMINAL)
+                      .values_list("name", flat=True))
+
+    def _restore_fakes(self):
+        for definition, func in self._fakes.items():
+            definition.func = func
+        self._fakes.clear()
+
+
+class _Outlet:
+    """Where the engine's messages go (``broker.diverted``): queued on the harness, run in order."""
+
+    def __init__(self, harness):
+        self.harness = harness
+
+    def advance(self, execution_id):
+        if execution_id not in self.harness._advances:
+            self.harness._advances.append(execution_id)
+
+    def operations(self, operations):
+        self.harness._attempts.extend((str(op.pk), op.attempt, op.agent) for op in operations)
+
+    def kill(self, execution_id, attempts, dispatcher):
+        """Nothing runs between two steps of the harness: there is no process to stop."""
+
+    def cancel(self, attempts):
+        local.request_cancel([local.attempt_key(pk, attempt) for pk, attempt in attempts])
+
+    def revoke(self, task_ids, terminate):
+        """Every message was run as it came: none waits to be discarded."""
+
+
+class _Line:
+    """The agents' line to the managers (``link.through``): the intake, at once, in this process."""
+
+    def __init__(self, harness):
+        self.harness = harness
+
+    def report(self, kind, **fields):
+        body = json.loads(json.dumps({"kind": str(kind), "agent": local.name(), "incarnation": local.incarnation(),
+                                      **fields}))
+        return self.harness._step(lambda: intake.take([body]))
+
+    def claim(self, operation_id, attempt, secret, timeout):
+        answers = self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt, secret=secret,
+                              pid=os.getpid(), reply_to=wire.reply_queue(local.name(), "harness", os.getpid()),
+                              id="harness")
+        return json.loads(json.dumps(answers[0][1])) if answers else None
+
+
+@contextmanager
+def _environment(values):
+    kept = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in kept.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
