@@ -55,10 +55,11 @@ _outlet = None
 
 @contextmanager
 def diverted(outlet):
-    """Inside the block, what the engine would send goes to ``outlet`` instead, in this process:
-    ``outlet.advance(execution_id)``, ``outlet.operations(operations)``,
-    ``outlet.kill(execution_id, attempts, dispatcher)``, ``outlet.cancel(attempts)`` and
-    ``outlet.revoke(task_ids, terminate)`` (the test harness runs them itself). One at a time."""
+    """Inside the block, what the engine would send goes to ``outlet`` first, in this process:
+    ``outlet.advance(execution_id)``, ``outlet.operations(operations)``, ``outlet.cancel(attempts)``,
+    ``outlet.kill(attempts)`` and ``outlet.revoke(task_ids)`` (the test harness runs them itself).
+    Each but ``advance`` returns what it leaves to the broker, sent as usual (the operations of an
+    agent the harness runs for real, say). One outlet at a time."""
     global _outlet
     if _outlet is not None:
         raise RuntimeError("the broker is diverted already: one test harness at a time")
@@ -224,7 +225,9 @@ def send_operations(operations):
     read for all of them in one query."""
     operations = list(operations)
     if _outlet is not None:
-        return _outlet.operations(operations)
+        operations = _outlet.operations(operations)
+        if not operations:
+            return
     app = current_app
     workflows = _workflow_ids(operations)
     with app.producer_or_acquire() as producer:
@@ -269,7 +272,9 @@ def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
     after ``KILL_GRACE_SECONDS`` (``agents.worker.control``). Fire and forget: fencing covers a worker
     that does not hear it."""
     if _outlet is not None:
-        return _outlet.kill(str(execution_id), [(str(pk), attempt) for pk, attempt in attempts], dispatcher)
+        attempts, dispatcher = _outlet.kill(list(attempts)), False
+        if not attempts:
+            return
     _control().broadcast(
         KILL_COMMAND,
         arguments={"execution_id": str(execution_id), "attempts": [[str(pk), attempt] for pk, attempt in attempts],
@@ -320,7 +325,9 @@ def broadcast_cancel(attempts):
     (``agents.worker.control``). Fire and forget: the engine asks again on each pass of a
     cancelling execution, and kills what still runs after CANCEL_TIMEOUT."""
     if _outlet is not None:
-        return _outlet.cancel([(str(pk), attempt) for pk, attempt in attempts])
+        attempts = _outlet.cancel(list(attempts))
+        if not attempts:
+            return
     _control().broadcast(CANCEL_COMMAND, arguments={"attempts": [[str(pk), attempt] for pk, attempt in attempts]},
                          reply=False)
 
@@ -343,7 +350,7 @@ def revoke(task_ids, *, terminate=False):
     in-memory list, is the guarantee (a worker started later never heard of it)."""
     task_ids = list(task_ids)
     if _outlet is not None:
-        return _outlet.revoke(task_ids, terminate)
+        task_ids = _outlet.revoke(task_ids)
     if task_ids:
         _control().revoke(task_ids, terminate=terminate, signal="SIGTERM")
 

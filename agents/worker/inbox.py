@@ -53,8 +53,12 @@ class Inbox(threading.Thread):
     until the queue has nothing more for it (a graceful shutdown: what its own pool processes
     handed back is stored before the manager exits)."""
 
-    def __init__(self):
+    def __init__(self, take=None):
         super().__init__(name="inbox", daemon=True)
+        #: How a batch of report bodies is stored, returning the claims' answers: by default the
+        #: intake's, on a connection of this thread, never while the manager forks (the test
+        #: harness stores them in the test's own transaction instead).
+        self.take = take or self._take
         self.stopped = threading.Event()
         self.idle_stops = threading.Event()
         self.pending = []
@@ -126,7 +130,7 @@ class Inbox(threading.Thread):
 
     def _store(self, batch, producer):
         try:
-            answers = outages.ride_out(f"storing {len(batch)} report(s)", self._take, [body for body, _ in batch])
+            answers = outages.ride_out(f"storing {len(batch)} report(s)", self.take, [body for body, _ in batch])
         except DatabaseUnavailable:
             for _, message in batch:
                 message.requeue()
@@ -136,7 +140,7 @@ class Inbox(threading.Thread):
             answers = []
             for body, _ in batch:
                 try:
-                    answers += outages.ride_out("storing a report", self._take, [body])
+                    answers += outages.ride_out("storing a report", self.take, [body])
                 except DatabaseUnavailable:
                     raise
                 except Exception:

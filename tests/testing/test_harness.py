@@ -1,6 +1,7 @@
 """The ``switchyard`` fixture: workflows run to their end inside a test, on its database, with
 the test's clock."""
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -128,7 +129,7 @@ def test_operations_of_an_agent_run_in_process_through_its_claim_and_reports(swi
     for name in ("reserve-apple", "reserve-pear"):
         operation = result.operations[name]
         assert (operation.agent, operation.attempt, operation.state) == ("warehouse", 2, "succeeded")
-        assert operation.result == {"marker": name.split("-")[1], "attempt": 2}
+        assert operation.result == {"marker": name.split("-")[1], "attempt": 2, "pid": os.getpid()}
     logs = [event for event in result.events if event.type == "log" and event.message == "got through"]
     assert [event.data for event in logs] == [{"attempt": 2}, {"attempt": 2}]
 

@@ -1,6 +1,8 @@
 """Workflows the harness' tests run (registered as a project's workflow modules are, by the
 ``with_the_harness_workflows`` fixture)."""
 
+import os
+
 from workflows_app.sdk import EventTimeout, RecoverableError, operation, workflow
 
 
@@ -20,7 +22,7 @@ def harness_busy_once(ctx, marker):
     if ctx.attempt == 1:
         raise RecoverableError("busy: try again")
     ctx.log("got through", attempt=ctx.attempt)
-    return {"marker": marker, "attempt": ctx.attempt}
+    return {"marker": marker, "attempt": ctx.attempt, "pid": os.getpid()}
 
 
 @workflow
@@ -51,8 +53,8 @@ def harness_forever(ctx):
 
 
 @workflow
-def harness_warehouse(ctx, skus=("apple", "pear")):
+def harness_warehouse(ctx, skus=("apple", "pear"), agent="warehouse"):
     lines = ctx.graph()
     for sku in skus:
-        lines.add(f"reserve-{sku}", harness_busy_once, sku, agent="warehouse")
+        lines.add(f"reserve-{sku}", harness_busy_once, sku, agent=agent)
     ctx.set_payload({"reserved": sorted(lines.run())})

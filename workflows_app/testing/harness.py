@@ -20,7 +20,12 @@ the engine defers until a commit (``transaction.on_commit``) runs when its step 
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
+import uuid
 from collections import deque
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -31,21 +36,28 @@ from django.test import TestCase
 from django.utils import timezone
 
 from agents import intake
+from agents.models import Agent
 from agents.runner import AttemptFailed, run_operation
 from agents.worker import link, local
+from agents.worker.inbox import Inbox
 from workflows_app import broker, clock, services, wire
 from workflows_app.conf import VAR_DIR_ENV
 from workflows_app.engine import dispatcher, tick
 from workflows_app.models import Event, Execution, Operation
-from workflows_app.registry import get_operation, operation_name, workflow_name
+from workflows_app.registry import get_operation, operation_name, workflow_modules, workflow_name
 from workflows_app.signing import attempt_secret
-from workflows_app.states import EXECUTION_TERMINAL, OPERATION_TERMINAL
+from workflows_app.states import EXECUTION_TERMINAL, OPERATION_IN_FLIGHT, OPERATION_TERMINAL
 
 #: The most messages one call runs before it gives up on a workflow that never settles (a loop
 #: that sleeps forever, say).
 MAX_STEPS = 100_000
 #: The incarnation of the agents the harness plays.
 INCARNATION = "test-harness"
+#: How long the harness waits for a real agent's next report (or its registration) before it
+#: gives up on it.
+AGENT_SILENCE_SECONDS = 60.0
+#: How long a real agent has to stop after SIGTERM before it is killed.
+AGENT_STOP_SECONDS = 15.0
 
 
 class HarnessError(AssertionError):
@@ -137,17 +149,24 @@ class Harness:
         self._attempts = deque()
         self._fakes = {}
         self._stack = None
+        self._var_dir = None
+        self._outer_environment = {}
+        #: Agents run for real (:meth:`agent`): name → process; and their attempts in flight.
+        self._agents = {}
+        self._remote = set()
 
     # --- the context -------------------------------------------------------------------------
     def __enter__(self):
+        self._outer_environment = dict(os.environ)
         stack = ExitStack()
         try:
             stack.enter_context(broker.diverted(_Outlet(self)))
             stack.enter_context(clock.using(self.clock.now))
             stack.enter_context(link.through(_Line(self)))
-            var_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="switchyard-harness-"))
-            stack.enter_context(_environment({local.INCARNATION_ENV: INCARNATION, VAR_DIR_ENV: var_dir}))
+            self._var_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="switchyard-harness-"))
+            stack.enter_context(_environment({local.INCARNATION_ENV: INCARNATION, VAR_DIR_ENV: self._var_dir}))
             stack.callback(self._restore_fakes)
+            stack.callback(self._stop_agents)
         except BaseException:
             stack.close()
             raise
@@ -226,6 +245,30 @@ class Harness:
         definition.func = stand_in
         return stand_in
 
+    def agent(self, name, *, concurrency=1):
+        """Run the operations of agent ``name`` on a real agent from now on: ``manage.py run_agent
+        name`` in a process of its own, with this project's settings, on the configured broker
+        (stopped with the harness). It needs nothing but the broker: the harness takes its claims
+        and reports in, in the test's transaction. Fakes do not reach it. Returns once it has
+        registered. The broker must not be shared with a running manager of the same
+        ``MANAGEMENT_QUEUE``, which would take the agent's reports."""
+        if name in self._agents:
+            raise ValueError(f"agent {name!r} runs already")
+        broker.declare_reports_queue()
+        log_path = os.path.join(self._var_dir, f"agent-{name}.log")
+        # The environment the test had, not the one the harness gives the agents it plays: its
+        # own var directory (and, on embedded defaults, the embedded Redis found there).
+        env = {key: value for key, value in self._outer_environment.items()
+               if key not in (local.NAME_ENV, local.INCARNATION_ENV)}
+        env.update({"PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
+                    "SWITCHYARD_WORKFLOW_MODULES": ",".join(workflow_modules()), "PYTHONUNBUFFERED": "1"})
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen([sys.executable, "-m", "django", "run_agent", name, "--concurrency", str(concurrency),
+                                        "--loglevel", "INFO"], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self._agents[name] = (process, log_path)
+        self._wait_for_reports(lambda: Agent.objects.filter(name=name).exists(), f"agent {name} to register")
+
     # --- the loop ----------------------------------------------------------------------------
     def _run_queued(self):
         for _ in range(MAX_STEPS):
@@ -234,9 +277,43 @@ class Harness:
                 self._step(lambda: dispatcher.run_pass(execution_id))
             elif self._attempts:
                 self._deliver(*self._attempts.popleft())
+            elif self._remote_in_flight():
+                self._wait_for_reports(lambda: self._advances or not self._remote_in_flight(),
+                                       f"the outcome of {sorted(self._remote)} from a real agent")
             else:
                 return
         raise HarnessError(f"the workflow did not settle within {MAX_STEPS} messages")
+
+    def _remote_in_flight(self):
+        if self._remote:
+            running = set(Operation.objects.filter(pk__in=[pk for pk, _ in self._remote], state__in=OPERATION_IN_FLIGHT)
+                          .values_list("pk", "attempt"))
+            self._remote = {(pk, attempt) for pk, attempt in self._remote if (uuid.UUID(pk), attempt) in running}
+        return bool(self._remote)
+
+    def _wait_for_reports(self, done, what):
+        """Take the real agents' reports in (as a manager's inbox does) until ``done()``."""
+        deadline = time.monotonic() + AGENT_SILENCE_SECONDS
+        while not done():
+            for name, (process, log_path) in self._agents.items():
+                if process.poll() is not None:
+                    raise HarnessError(f"agent {name} exited ({process.returncode}) while the harness waited for {what}:\n"
+                                       + _tail(log_path))
+            if time.monotonic() > deadline:
+                raise HarnessError(f"no report within {AGENT_SILENCE_SECONDS:g}s while waiting for {what}:\n"
+                                   + "\n".join(_tail(log) for _, log in self._agents.values()))
+            Inbox(take=lambda bodies: self._step(lambda: intake.take(bodies))).drain(1.0)
+
+    def _stop_agents(self):
+        for process, _ in self._agents.values():
+            _signal(process, signal.SIGTERM)
+        for process, _ in self._agents.values():
+            try:
+                process.wait(AGENT_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                _signal(process, signal.SIGKILL)
+                process.wait()
+        self._agents.clear()
 
     def _deliver(self, operation_id, attempt, agent):
         with _environment({local.NAME_ENV: agent}):
@@ -282,16 +359,24 @@ class _Outlet:
             self.harness._advances.append(execution_id)
 
     def operations(self, operations):
-        self.harness._attempts.extend((str(op.pk), op.attempt, op.agent) for op in operations)
-
-    def kill(self, execution_id, attempts, dispatcher):
-        """Nothing runs between two steps of the harness: there is no process to stop."""
+        """Queued to run here, but those of a real agent: left to the broker."""
+        remote = [op for op in operations if op.agent in self.harness._agents]
+        self.harness._remote.update((str(op.pk), op.attempt) for op in remote)
+        self.harness._attempts.extend((str(op.pk), op.attempt, op.agent) for op in operations if op not in remote)
+        return remote
 
     def cancel(self, attempts):
+        """Noted for the attempts run here (``ctx.is_cancelled()``); broadcast to real agents."""
         local.request_cancel([local.attempt_key(pk, attempt) for pk, attempt in attempts])
+        return attempts if self.harness._agents else []
 
-    def revoke(self, task_ids, terminate):
-        """Every message was run as it came: none waits to be discarded."""
+    def kill(self, attempts):
+        """Nothing runs here between two steps of the harness; a real agent's are broadcast."""
+        return attempts if self.harness._agents else []
+
+    def revoke(self, task_ids):
+        """Every message run here was run as it came; a real agent's may still wait."""
+        return task_ids if self.harness._agents else []
 
 
 class _Line:
@@ -310,6 +395,21 @@ class _Line:
                               pid=os.getpid(), reply_to=wire.reply_queue(local.name(), "harness", os.getpid()),
                               id="harness")
         return json.loads(json.dumps(answers[0][1])) if answers else None
+
+
+def _tail(path, lines=60):
+    try:
+        with open(path, errors="replace") as log:
+            return f"--- {path} ---\n" + "".join(log.readlines()[-lines:])
+    except OSError:
+        return f"--- {path}: not readable ---"
+
+
+def _signal(process, sig):
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 @contextmanager
