@@ -140,12 +140,12 @@ def seed(executions=EXECUTIONS, operations=OPERATIONS) -> dict:
     with transaction.atomic(), connection.cursor() as cursor, _bulk_load(cursor, *t.values()):
         cursor.execute(f"""
             INSERT INTO {t['Execution']} (id, workflow_id, deployment_id, parameters, status, failure_mode, timeout,
-                wait_after_fail, payload, error, is_dry_run, created_by, created_at, started_at, ended_at, token_hash)
+                wait_after_fail, payload, error, is_dry_run, created_by, created_at, started_at, ended_at, token_hash, patches)
             SELECT e.id, (%(workflows)s::text[])[1 + i %% 20], 'history-deployment-' || (i %% 1000),
                    jsonb_build_object('i', i), e.status, 'no_new_calls', NULL, 600, '{{}}'::jsonb,
                    CASE WHEN e.status = 'failed' THEN 'step-' || (%(operations)s - 1) || ' failed' ELSE '' END,
                    false, %(created_by)s, e.created_at, e.created_at + interval '10 ms',
-                   e.created_at + interval '10 ms' * (%(steps)s + 1), ''
+                   e.created_at + interval '10 ms' * (%(steps)s + 1), '', '{{}}'::jsonb
             FROM {_SERIES}
         """, params)
         cursor.execute(f"""

@@ -22,6 +22,7 @@
     │   └── ValueRefused              a JSON value that cannot be stored (values.check)
     ├── PermissionRefused             a user without the permission an action needs (permissions.check)
     ├── ExistingRunningExecution      a start for a deployment that has an active execution
+    ├── HistoryRefused                an execution's history document that cannot be read (engine.history)
     └── DatabaseUnavailable           the database stayed unreachable longer than DATABASE_OUTAGE_TOLERANCE
 
 Every error pickles with its attributes (it may cross a process boundary in a Celery result).
@@ -211,6 +212,18 @@ class ExistingRunningExecution(SwitchyardError):
     def __str__(self):
         return (f"deployment {self.deployment_id!r} has an active execution ({self.active_id}): "
                 'ask with "queue": true to run after it, or "force": true to run beside it')
+
+
+class HistoryRefused(SwitchyardError):
+    """A document that is not an execution's history as ``export_execution`` writes it
+    (``workflows_app.engine.history``): ``reason`` says what is wrong, in one line."""
+
+    def __init__(self, reason=""):
+        super().__init__(reason)
+        self.reason = reason
+
+    def __str__(self):
+        return f"not an execution history: {self.reason}"
 
 
 class DatabaseUnavailable(SwitchyardError):

@@ -367,13 +367,14 @@ def insert_history(n, ended_at):
     with connection.cursor() as cursor:
         cursor.execute(f"""
             INSERT INTO {t['Execution']} (id, workflow_id, parameters, status, failure_mode, wait_after_fail, payload,
-                error, is_dry_run, created_by, created_at, started_at, ended_at, token_hash, passes, parent_id, parent_step)
+                error, is_dry_run, created_by, created_at, started_at, ended_at, token_hash, passes, parent_id, parent_step,
+                patches)
             {series}
             SELECT {uuid.format('i')}, 'history', {empty},
                    CASE i %% 4 WHEN 0 THEN 'completed' WHEN 1 THEN 'failed' WHEN 2 THEN 'cancelled' ELSE 'timed_out' END,
                    'no_new_calls', 600, {empty}, '', {false}, '', %s, %s, {ended}, '', 0,
                    CASE WHEN i %% 50 = 1 AND i > 1 THEN {uuid.format('i - 1')} END,
-                   CASE WHEN i %% 50 = 1 AND i > 1 THEN 'child' ELSE '' END
+                   CASE WHEN i %% 50 = 1 AND i > 1 THEN 'child' ELSE '' END, {empty}
             FROM s""", [n, at, at, at])
         cursor.execute(f"""
             INSERT INTO {t['Operation']} (id, execution_id, name, kind, operation, args, kwargs, agent, state, attempt,

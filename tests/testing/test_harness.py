@@ -1,12 +1,15 @@
 """The ``switchyard`` fixture: workflows run to their end inside a test, on its database, with
 the test's clock."""
 
+import json
 import os
 from datetime import timedelta
 
 import pytest
 
+from tests.replay_workflows import CODE_VERSION_ENV
 from tests.testing.workflows import harness_add, harness_charge, harness_order
+from workflows_app.models import Execution
 from workflows_app.sdk import NonRecoverableError, RecoverableError
 from workflows_app.testing.harness import HarnessError
 
@@ -143,3 +146,22 @@ def test_a_result_names_the_steps_it_has(switchyard):
     result = switchyard.run(harness_order, {"n": 1})
     with pytest.raises(HarnessError, match="add-0"):
         result.result("add-9")
+
+
+def test_a_history_exported_in_a_test_is_checked_against_changed_code(switchyard, settings, monkeypatch, tmp_path):
+    settings.SWITCHYARD_WORKFLOW_MODULES = ["tests.replay_workflows"]
+    monkeypatch.setenv(CODE_VERSION_ENV, "1")
+    waiting = switchyard.start("rc_deploy")  # step a, then the event "go"
+    assert waiting.status == "started" and sorted(waiting.operations) == ["a"]
+    history = switchyard.export(waiting)
+    path = tmp_path / "rc_deploy.json"
+    path.write_text(json.dumps(history))
+
+    monkeypatch.setenv(CODE_VERSION_ENV, "2")  # the new step behind ctx.patched
+    switchyard.replay_check(history, path)
+
+    monkeypatch.setenv(CODE_VERSION_ENV, "3")  # the same step, unguarded
+    with pytest.raises(HarnessError, match=r"2 of 2 histories") as refused:
+        switchyard.replay_check(history, str(path))
+    assert "step 'c'" in str(refused.value) and str(path) in str(refused.value)
+    assert Execution.objects.count() == 1  # the check kept nothing

@@ -8,7 +8,7 @@ it. How a run is replayed and suspended is told there.
 from dataclasses import replace
 
 from workflows_app.engine import graph as graphs
-from workflows_app.engine import children, waits
+from workflows_app.engine import children, patches, waits
 from workflows_app.engine.canvas import compile_canvas
 from workflows_app.engine.handles import AllOf, AnyOf, NoneOf, StepHandle, WaitHandle
 from workflows_app.engine.replay import Replay
@@ -172,6 +172,16 @@ class WorkflowContext:
         A wait handle is cancelled. True if it was cancelled now, False if it had ended (the
         replay of a cancel is a no-op). Its ``wait()`` raises ``StepFailed``."""
         return self._replay.cancel_step(handle)
+
+    # --- changing the code while executions run --------------------------------------------
+    def patched(self, change_id):
+        """Whether this execution takes the new path of a code change named ``change_id``:
+        True when it reaches this call for the first time with the change deployed, False
+        when it had passed this point before (it had stored steps or waits that this run of
+        the function has not reached yet). The answer is stored the first time, so every
+        later run of this execution gets the same one. A change id is a non-empty string of
+        at most 200 characters (TypeError, ValueError)."""
+        return self._replay.patched(patches.check_change_id(change_id))
 
     def set_payload(self, payload):
         """Replace the durable payload. ``ValueRefused`` for one that may not be stored (NUL,

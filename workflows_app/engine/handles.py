@@ -123,8 +123,7 @@ class WaitHandle(_Handle):
 
     def cancel(self):
         """``ctx.cancel_step(self)``: True if the wait was cancelled now, False if it had ended."""
-        self._replay.check_in_pass()
-        return waits.cancel(self._wait)
+        return self._replay.cancel_wait(self.name)
 
     def __repr__(self):
         return f"<WaitHandle {self.name} {self._wait.outcome}>"

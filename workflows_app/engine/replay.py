@@ -15,6 +15,19 @@ code: the steps awaited last (those no later awaited step came after) are stored
 ``after`` of the next steps it asks for — arrows of the picture, never dependencies: a step
 asked for after a failure the code caught runs all the same.
 
+It also follows how far the run has come through what is stored: a stored step, or event or
+sleep wait, that the run has not asked for yet (:meth:`Replay.unreached`) was stored by a later
+point of the code. ``ctx.patched`` answers from that (:meth:`Replay.patched`): a run
+that meets the call while something stored is still ahead of it is in an execution that had
+passed that point before the change (false); one that meets it with nothing stored ahead (at
+the *frontier*) reaches it for the first time (true).
+
+A replay of an exported history (``history_only``: the replay check, ``engine.replaycheck``)
+stores no step or wait, settles no wait and sends nothing: where the code asks for something
+the history does not hold — a new step or wait, a first ``ctx.patched`` answer at the
+frontier, the cancel of a step or wait that had not ended — it stops with :class:`PastHistory`, which says what the history still
+held ahead of that point, if anything; a wait the history holds as waiting stays waiting.
+
 Workflow code never sees this object: it sees ``WorkflowContext`` (``engine.context``), the
 documented ``ctx``, which holds one ``Replay`` and calls it. The engine — the dispatcher, live
 runs, handles, the failure mode — uses the public methods below and nothing else of it.
@@ -23,19 +36,36 @@ runs, handles, the failure mode — uses the public methods below and nothing el
 from greenlet import GreenletExit
 
 from workflows_app import values
-from workflows_app.engine import failures, steps, stopping, waits
+from workflows_app.engine import failures, patches, steps, stopping, waits
 from workflows_app.engine.handles import StepHandle, Suspend, WaitHandle
 from workflows_app.errors import NonDeterministicWorkflow, StepFailed, WorkflowError
 from workflows_app.models import Operation, Wait
-from workflows_app.states import OPERATION_ENDED_BADLY, OperationState
+from workflows_app.states import OPERATION_ENDED_BADLY, OperationState, WaitKind, WaitOutcome
+
+
+class PastHistory(Suspend):
+    """A replay of a history (``Replay(..., history_only=True)``) reached something the history
+    does not hold: ``what`` names it (``step 'c'``); ``behind`` lists what the history stored
+    that the replay had not reached then (:meth:`Replay.unreached`): empty when the code went on
+    past the history's end — what the next pass of a running execution does —, else the code
+    took another path than the one the execution took. A ``Suspend``: the code cannot catch it."""
+
+    def __init__(self, what="", behind=()):
+        super().__init__(what, tuple(behind))
+        self.what, self.behind = what, tuple(behind)
 
 
 class Replay:
     """One run's state. ``execution`` is the row the current pass locked; ``operations`` its
-    steps by name, as this pass knows them."""
+    steps by name, as this pass knows them; ``stored_waits``: its waits, when the caller read them
+    (otherwise they are read on the first wait call). ``history_only``: a replay of an exported
+    history, which changes nothing (the module's docstring)."""
 
-    def __init__(self, execution, operations):
+    def __init__(self, execution, operations, *, stored_waits=None, history_only=False):
         self.execution = execution
+        self.history_only = history_only
+        #: In a replay of a history, the first ``PastHistory`` it raised (even if the code caught it).
+        self.past_history = None
         #: The determinism guard's finding: it fails the execution even if the code caught it.
         self.nondeterminism = None
         #: ``ctx.set_payload`` was called in this pass: the dispatcher stores the payload.
@@ -50,11 +80,19 @@ class Replay:
         # A live run (``engine.live.Run``) this replay belongs to, and whether its pass is on:
         # between passes, and while an evicted run unwinds, it refuses every call.
         self._live, self._in_pass = None, False
-        self._load(operations)
+        # The stored steps and the keys of the waits this run has not asked for / has asked for
+        # (``unreached``). Every step a run asks for is stored: those it asked for are the others.
+        self.operations, self._unreached, self._reached_waits = {}, set(), set()
+        self._load(operations, stored_waits)
 
-    def _load(self, operations):
+    def _load(self, operations, stored_waits=None):
+        before, ahead = self.operations, self._unreached
         self.operations = {op.name: op for op in operations}
-        self._waits = None  # key -> Wait, read on the first wait call (a workflow that never waits reads none)
+        # key -> Wait, read on the first wait call (a workflow that never waits reads none)
+        self._waits = None if stored_waits is None else {w.key: w for w in stored_waits}
+        # Read again (a pass elsewhere overtook a live run): the steps it did not know of, and
+        # those it knew of without having asked for them, are still ahead of it.
+        self._unreached = {name for name in self.operations if name not in before or name in ahead}
         # The steps not ended yet (those a pass must look at again), and the failures not
         # handled yet (no step fails while a pass holds the execution's lock).
         self._open = {op.name for op in operations if not op.is_terminal}
@@ -154,12 +192,32 @@ class Replay:
         error = first.error or {"type": "Cancelled", "message": first.state}
         return StepFailed(first.name, error, error.get("cause") if isinstance(error, dict) else None)
 
+    def unreached(self) -> list:
+        """What is stored and this run has not asked for yet: steps (``step 'b'``), then event
+        and sleep waits (``wait 'event:go#1'``), each in the order they were stored. Empty: the
+        run is at the frontier, nothing stored lies ahead. (Patch markers do not count: code
+        that retired a patch no longer asks for its marker, and must not be held behind by it.)"""
+        ahead = [f"step {name!r}" for name in self.operations if name in self._unreached]
+        ahead += [f"wait {key!r}" for key, wait in self._stored_waits().items()
+                  if wait.kind != WaitKind.RETRY and key not in self._reached_waits]
+        return ahead
+
+    def _past_history(self, what):
+        """A replay of a history reached ``what``, which the history does not hold: it ends here."""
+        error = PastHistory(what, self.unreached())
+        if self.past_history is None:
+            self.past_history = error
+        raise error
+
     # --- what ``ctx`` asks -----------------------------------------------------------------
     def store(self, nodes, *, awaited):
         """Store the nodes not stored yet and send those that may start (``steps.store``); a new
         node that depends on a step which failed or was cancelled can never start: cancelled."""
         self.check_in_pass()
         self._needs.update((node.name, node.depends_on) for node in nodes)
+        self._unreached.difference_update(node.name for node in nodes)
+        if self.history_only:
+            return self._replay_history(nodes)
         try:
             rows = steps.store(self.execution, self.operations, nodes, awaited=awaited,
                                failed=bool(self.unhandled_failures()), after=tuple(self._last_awaited))
@@ -174,6 +232,21 @@ class Replay:
                   if dep not in new and self.operations[dep].state in OPERATION_ENDED_BADLY}
         if doomed:
             stopping.cancel_dependents(self.execution, [self.operations[name] for name in doomed], self.operations)
+
+    def _replay_history(self, nodes):
+        """``store`` in a replay of a history: the stored nodes must ask for their stored calls;
+        a new one is past the history."""
+        for node in nodes:
+            stored = self.operations.get(node.name)
+            if stored is not None:
+                try:
+                    steps.check_same_call(stored, node)
+                except NonDeterministicWorkflow as exc:
+                    self.nondeterminism = exc
+                    raise
+        new = [node.name for node in nodes if node.name not in self.operations]
+        if new:
+            self._past_history(f"step {new[0]!r}")
 
     def wait_graph(self, names):
         """Return when every node succeeded; ``StepFailed`` once one did not and nothing more of
@@ -194,11 +267,29 @@ class Replay:
         self.check_in_pass()
         count = self._wait_calls[prefix] = self._wait_calls.get(prefix, 0) + 1
         key = f"{prefix}#{count}"
+        self._reached_waits.add(key)
         wait = self._stored_waits().get(key)
         if wait is None:
+            if self.history_only:
+                self._past_history(f"wait {key!r}")
             wait = self._waits[key] = waits.open_wait(self.execution, key, kind, name, timeout)
-        waits.settle(wait)
+        if not self.history_only:  # a history's wait that was waiting is where its history ends
+            waits.settle(wait)
         return WaitHandle(self, key)
+
+    def patched(self, change_id) -> bool:
+        """``ctx.patched``: the answer stored for ``change_id`` in this execution; else false
+        when something stored is still ahead of this run (:meth:`unreached`: the execution
+        passed this point before the change), true at the frontier — stored, either way."""
+        self.check_in_pass()
+        answer = patches.stored(self.execution, change_id)
+        if answer is not None:
+            return answer
+        if self.unreached():
+            return patches.store(self.execution, change_id, False)
+        if self.history_only:
+            self._past_history(f"ctx.patched({change_id!r})")
+        return patches.store(self.execution, change_id, True)
 
     def cancel_step(self, handle) -> bool:
         """``ctx.cancel_step``: a wait handle cancels its wait; a step is cancelled by name."""
@@ -213,8 +304,18 @@ class Replay:
             raise TypeError(f"cancel_step takes a step handle or a step name, not {type(handle).__name__}")
         if name not in self.operations:
             raise WorkflowError(f"cancel_step: no step named {name!r} in this execution")
+        if self.history_only and not self.operations[name].is_terminal:
+            self._past_history(f"cancel_step({name!r})")
         return bool(stopping.cancel(self.execution, [self.operations[name]], "cancelled by the workflow (cancel_step)",
                                     dependents=True, known=self.operations))
+
+    def cancel_wait(self, key) -> bool:
+        """A wait handle's ``cancel()``: True if the wait was cancelled now, False if it had ended."""
+        self.check_in_pass()
+        wait = self.stored_wait(key)
+        if self.history_only and wait.outcome == WaitOutcome.WAITING:
+            self._past_history(f"cancel_step({key!r})")
+        return waits.cancel(wait)
 
     def set_payload(self, payload):
         if not isinstance(payload, dict):

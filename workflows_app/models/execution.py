@@ -53,6 +53,10 @@ class Execution(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
                                editable=False)
     parent_step = models.CharField(max_length=255, blank=True, default="", db_default="", editable=False)
+    # ``ctx.patched(change_id)``'s answers, stored the first time each change id is asked
+    # (change id -> true or false), so that every later run of the function gets the same one
+    # (engine.patches).
+    patches = models.JSONField(default=dict, blank=True, editable=False)
 
     objects = ExecutionQuerySet.as_manager()
 

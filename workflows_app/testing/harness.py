@@ -42,7 +42,7 @@ from agents.worker import link, local
 from agents.worker.inbox import Inbox
 from workflows_app import broker, clock, services, wire
 from workflows_app.conf import VAR_DIR_ENV
-from workflows_app.engine import dispatcher, tick
+from workflows_app.engine import dispatcher, history, replaycheck, tick
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import get_operation, operation_name, workflow_modules, workflow_name
 from workflows_app.signing import attempt_secret
@@ -244,6 +244,28 @@ class Harness:
         stand_in = Fake(returns=returns, raises=raises, times=times)
         definition.func = stand_in
         return stand_in
+
+    def export(self, result) -> dict:
+        """The history of ``result``'s execution, as ``manage.py export_execution`` writes it."""
+        return json.loads(json.dumps(history.export(result.id)))
+
+    def replay_check(self, *histories):
+        """Check today's workflow code against each history — a document (:meth:`export`'s, or
+        a file's parsed JSON) or the path of a file ``manage.py export_execution`` wrote — as
+        ``manage.py replay_check`` does, changing nothing: ``HarnessError`` naming every history
+        that does not replay, and why."""
+        failures = []
+        for number, found in enumerate(histories, 1):
+            where = str(found) if isinstance(found, (str, os.PathLike)) else f"history {number}"
+            if isinstance(found, (str, os.PathLike)):
+                with open(found, encoding="utf-8") as file:
+                    found = json.load(file)
+            verdict = self._step(lambda: replaycheck.check(found))
+            if verdict is not None:
+                failures.append(f"{where}: {verdict}")
+        if failures:
+            raise HarnessError(f"{len(failures)} of {len(histories)} histories do not replay with today's code:\n"
+                               + "\n".join(failures))
 
     def agent(self, name, *, concurrency=1):
         """Run the operations of agent ``name`` on a real agent from now on: ``manage.py run_agent
