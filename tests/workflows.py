@@ -660,6 +660,12 @@ def parent_of(ctx, workflow, params, timeout=None):
     ctx.set_payload(ctx.await_workflow("child", workflow, timeout=timeout, **params))
 
 
+# --- typed parameters (tests/typed_workflows.py): a child of it_parent_of checked as every start --
+from tests import typed_workflows  # noqa: E402
+
+typed = workflow(name="it_typed")(typed_workflows.typed)
+
+
 # --- values that may not be stored (the one value check) ------------------------------------------
 
 #: Text with a lone surrogate and a NUL: stored as text (an error), it is cleaned, not refused.

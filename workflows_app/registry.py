@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from celery import signature
 from django.conf import settings
 
+from workflows_app import parameters as typed
 from workflows_app.errors import ParameterError, RegistrationError
 from workflows_app.states import ExecutionStatus, FailureMode
 
@@ -62,7 +63,12 @@ class OperationDef:
 
 @dataclass(eq=False)
 class WorkflowDef:
-    """A registered workflow: ``func(ctx, **parameters)`` run by a dispatcher on a manager."""
+    """A registered workflow: ``func(ctx, **parameters)`` run by a dispatcher on a manager.
+
+    ``schema`` is the JSON Schema of its parameters, from the function's annotations
+    (``workflows_app.parameters``), made when it is registered: an annotation that cannot be
+    checked is a ``RegistrationError`` then. When a parameter's annotation holds a dataclass,
+    ``func`` is the function called with that parameter made into its dataclass."""
 
     name: str
     func: object
@@ -73,6 +79,11 @@ class WorkflowDef:
     #: need besides the execution's own.
     permission: str | None = None
     listeners: dict = field(default_factory=dict)
+    schema: dict = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.schema = typed.schema_of(self.func, self.name)
+        self.func = typed.converting(self.func, self.schema)
 
     def __call__(self, *args, **kwargs):
         return self.func(*args, **kwargs)
@@ -88,15 +99,12 @@ class WorkflowDef:
         return found
 
     def check_parameters(self, parameters: dict):
-        """Raise ``ParameterError`` for a missing required or an unknown parameter."""
+        """Raise ``ParameterError`` for parameters that do not fit the workflow: a missing required
+        or an unknown parameter, or a value of the wrong type (the one check of every start, from
+        every entry point), each problem named: ``parameter 'n': expected integer, got string "three"``."""
         if not isinstance(parameters, dict):
             raise ParameterError("parameters must be an object")
-        declared = {p["name"]: p for p in self.parameters()}
-        takes_any = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(self.func).parameters.values())
-        unknown = sorted(set(parameters) - set(declared)) if not takes_any else []
-        missing = sorted(n for n, p in declared.items() if p["required"] and n not in parameters)
-        problems = ([f"unknown parameter(s): {', '.join(unknown)}"] if unknown else []) + (
-            [f"missing required parameter(s): {', '.join(missing)}"] if missing else [])
+        problems = typed.problems(self.schema, parameters)
         if problems:
             raise ParameterError(f"workflow {self.name!r}: " + "; ".join(problems))
 
@@ -117,7 +125,7 @@ class WorkflowDef:
 
 def _register(table, kind, definition):
     existing = table.get(definition.name)
-    if existing is not None and existing.func is not definition.func:
+    if existing is not None and inspect.unwrap(existing.func) is not inspect.unwrap(definition.func):
         where = f"{existing.func.__module__}.{existing.func.__qualname__}"
         raise RegistrationError(f"{kind} {definition.name!r} is registered twice (first by {where}); pass name= to tell them apart")
     table[definition.name] = definition

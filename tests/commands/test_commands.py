@@ -399,6 +399,8 @@ REFUSED = [
     (["start_execution", "it_single", "--param", "agent"], "CommandError: --param takes k=v, not 'agent'"),
     (["start_execution", "it_single", "--param", "agent=a", "--param", "colour=red"], "unknown parameter(s): colour"),
     (["start_execution", "it_single"], "missing required parameter(s): agent"),
+    (["start_execution", "it_typed", "--param", "n=three"],
+     "CommandError: workflow 'it_typed': parameter 'n': expected integer, got string \"three\""),
     (["start_execution", "it_single", "--param", "agent=a", "--failure-mode", "sometimes"],
      "failure_mode must be one of"),
     (["start_execution", "it_single", "--param", "agent=a", "--deployment", "d1"],

@@ -446,15 +446,21 @@ class ExecutionAdmin(admin.ModelAdmin):
             raise PermissionDenied
         startable = {name: definition for name, definition in sorted(workflows().items())
                      if permissions.allows(request.user, "start", name)}
-        form = StartExecutionForm(request.POST or None)
-        form.fields["workflow"].choices = [(name, name) for name in startable]
+        chosen = request.GET.get("workflow")
+        if chosen is not None and chosen not in startable:
+            self.message_user(request, f"no workflow {chosen[:100]!r} that you may start: choose one below",
+                              messages.WARNING)
+        # One workflow (?workflow=name): a field per parameter; else any, its parameters as JSON.
+        form = StartExecutionForm(request.POST or None, definition=startable.get(chosen))
+        if form.definition is None:
+            form.fields["workflow"].choices = [(name, name) for name in startable]
         if request.method == "POST" and form.is_valid():
             try:
                 execution = services.start(form.cleaned_data["workflow"], user=request.user, **form.start_arguments())
             except (RegistrationError, PermissionRefused) as exc:
                 form.add_error("workflow", str(exc))
             except ParameterError as exc:
-                form.add_error("parameters", str(exc))
+                form.add_error(form.parameters_field, str(exc))
             except ExistingRunningExecution as exc:
                 form.add_error("deployment_id", str(exc))
             except BrokerError as exc:  # raised after the commit: the execution is recorded, pending
@@ -471,8 +477,9 @@ class ExecutionAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/workflows_app/execution/start.html", {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Start an execution",
+            "title": f"Start {form.definition.name}" if form.definition else "Start an execution",
             "form": form,
+            "chosen": form.definition.name if form.definition else None,
             "workflows": registered,
             **(extra_context or {}),
         })

@@ -108,8 +108,8 @@ def page(schema):
                 operations.append(_operation(path, method, item[method]))
     components = [
         {"name": name, "description": _text(s.get("description")), "enum": s.get("enum"),
-         "properties": [_property(prop, sub, prop in s.get("required", ()))
-                        for prop, sub in s.get("properties", {}).items()]}
+         "properties": [_property(prop, sub, prop in part.get("required", ()))
+                        for part in (s, *s.get("allOf", ())) for prop, sub in part.get("properties", {}).items()]}
         for name, s in sorted(schema.get("components", {}).get("schemas", {}).items())
     ]
     return {"info": schema.get("info", {}), "operations": operations, "components": components,
@@ -162,11 +162,14 @@ def _property(name, schema, required):
 
 
 def describe(schema):
-    """A schema as ``{"text", "ref"}``: a short type description, and the component it refers
-    to (a link), if any."""
+    """A schema as ``{"text", "ref", "suffix"}``: a short type description, and the component it
+    refers to (a link), if any; a discriminated ``oneOf`` as ``"refs"``, a link to each variant."""
     suffix = " or null" if schema.get("nullable") else ""
     if "$ref" in schema:
         return {"text": "", "ref": schema["$ref"].rsplit("/", 1)[-1], "suffix": suffix}
+    if schema.get("discriminator"):  # the start's body: one variant per workflow
+        return {"text": f"one of, by {schema['discriminator']['propertyName']}: ", "ref": None, "suffix": suffix,
+                "refs": [member["$ref"].rsplit("/", 1)[-1] for member in schema.get("oneOf", []) if "$ref" in member]}
     for combinator in ("allOf", "oneOf", "anyOf"):
         if schema.get(combinator):
             inner = describe(schema[combinator][0])

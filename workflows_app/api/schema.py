@@ -7,7 +7,9 @@ drf-spectacular's settings as Switchyard needs them (``SPECTACULAR_SETTINGS`` be
 drf-spectacular's defaults), whatever the host's ``SPECTACULAR_SETTINGS`` say.
 
 Annotations: the error responses and the parameters the views share, the preprocessing hook
-that names paths without their trailing slash, and the schema of ``workflow_id``. Every status
+that names paths without their trailing slash, the schema of ``workflow_id``, and the
+postprocessing hook that documents the start's body per workflow, with the schema of its
+parameters (:func:`start_request_per_workflow`). Every status
 an operation can answer is documented, with the one error shape, so that a client (or a
 fuzzer) can trust the schema. The views annotate their methods with ``extend_schema`` from
 here, not drf-spectacular's (see its docstring).
@@ -45,6 +47,9 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # Paths answer with and without a trailing slash; the schema names them without.
     "PREPROCESSING_HOOKS": ["workflows_app.api.schema.paths_without_trailing_slash"],
+    # The start's body, one variant per registered workflow, with the schema of its parameters.
+    "POSTPROCESSING_HOOKS": [*SPECTACULAR_DEFAULTS["POSTPROCESSING_HOOKS"],
+                             "workflows_app.api.schema.start_request_per_workflow"],
     "ENUM_NAME_OVERRIDES": {
         "ExecutionStatusEnum": "workflows_app.states.ExecutionStatus",
         "OperationStateEnum": "workflows_app.states.OperationState",
@@ -205,3 +210,83 @@ class WorkflowIdFieldExtension(OpenApiSerializerFieldExtension):
         if names:  # an enum cannot be empty
             schema["enum"] = names
         return schema
+
+
+#: The component of the start's body (drf-spectacular's, from ``StartExecutionSerializer``).
+START_REQUEST = "StartExecutionRequest"
+#: The operation whose body is documented per workflow.
+START_OPERATION = "executions_create"
+
+
+def start_request_per_workflow(result, generator, request, public):
+    """drf-spectacular postprocessing hook: the body of ``POST executions`` is one of a variant
+    per registered workflow, told apart by ``workflow_id`` (an OpenAPI discriminator, which client
+    generators turn into one type per workflow):
+
+    * ``StartParameters_<workflow>``: the JSON Schema of its parameters (``GET workflows``
+      gives it as ``schema``), written as OpenAPI 3.0 (:func:`openapi_schema`);
+    * ``StartExecutionRequest_<workflow>``: ``StartExecutionRequest`` with ``workflow_id`` that
+      workflow's name and ``parameters`` of that schema (required when the workflow has a
+      required parameter).
+
+    Without a registered workflow the body stays ``StartExecutionRequest``."""
+    schemas = result.get("components", {}).get("schemas", {})
+    names = sorted(workflows().items())
+    if START_REQUEST not in schemas or not names:
+        return result
+    mapping = {}
+    for name, definition in names:
+        component = _component_name(name, schemas)
+        parameters_ref = {"$ref": f"#/components/schemas/StartParameters_{component}"}
+        takes_none = not definition.schema.get("required")
+        if takes_none:  # parameters may be left out, or null
+            parameters_ref = {"allOf": [parameters_ref], "nullable": True}
+        schemas[f"StartParameters_{component}"] = {
+            **openapi_schema(definition.schema), "description": f"The parameters of the workflow `{name}`."}
+        schemas[f"{START_REQUEST}_{component}"] = {"allOf": [{"$ref": f"#/components/schemas/{START_REQUEST}"}, {
+            "type": "object",
+            "properties": {"workflow_id": {"type": "string", "enum": [name]},
+                           "parameters": parameters_ref},
+            "required": ["workflow_id"] + ([] if takes_none else ["parameters"]),
+        }], "description": f"Starts the workflow `{name}`: `{START_REQUEST}`, with these fields narrowed."}
+        mapping[name] = f"#/components/schemas/{START_REQUEST}_{component}"
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            if isinstance(operation, dict) and operation.get("operationId") == START_OPERATION:
+                operation["requestBody"]["content"]["application/json"]["schema"] = {
+                    "oneOf": [{"$ref": ref} for ref in mapping.values()],
+                    "discriminator": {"propertyName": "workflow_id", "mapping": mapping}}
+    return result
+
+
+def _component_name(workflow, schemas) -> str:
+    """The workflow's name as a component's may be (letters, digits, ``.``, ``-``, ``_``), not
+    yet taken."""
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", workflow)[:100] or "_"
+    name, n = base, 1
+    while f"StartParameters_{name}" in schemas:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def openapi_schema(schema):
+    """A JSON Schema of ``workflows_app.parameters`` as an OpenAPI 3.0 schema object, which has no
+    type ``null``: a null alternative (``Optional[X]``) becomes ``nullable``."""
+    def inner(key, value):
+        if key == "properties":
+            return {name: openapi_schema(sub) for name, sub in value.items()}
+        return openapi_schema(value) if key in ("items", "additionalProperties") and isinstance(value, dict) else value
+
+    converted = {key: inner(key, value) for key, value in schema.items() if key != "anyOf"}
+    if "anyOf" in schema:
+        members = [openapi_schema(member) for member in schema["anyOf"] if member != {"type": "null"}]
+        converted = {**members[0], **converted} if len(members) == 1 else {"anyOf": members, **converted}
+        if len(members) < len(schema["anyOf"]):
+            converted["nullable"] = True
+    if converted.get("type") == "null":
+        del converted["type"]
+        converted.update(enum=[None], nullable=True)
+    if None in converted.get("enum", ()):
+        converted["nullable"] = True
+    return converted

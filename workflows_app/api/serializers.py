@@ -237,6 +237,10 @@ class WorkflowSerializer(serializers.Serializer):
 
     name = serializers.CharField()
     parameters = WorkflowParameterSerializer(many=True)
+    schema = serializers.DictField(help_text=(
+        "the JSON Schema (draft 2020-12) of the start's `parameters` object, from the annotations of the "
+        "workflow function: `properties` (each parameter's type; `{}` for any JSON value), `required`, defaults; "
+        "a start whose parameters do not fit it is refused with `invalid_parameters`"))
     failure_mode = serializers.ChoiceField(choices=FailureMode.choices,
                                            help_text="what an execution gets when it asks for none")
     timeout = serializers.FloatField(allow_null=True, help_text="seconds; null: no limit")

@@ -62,7 +62,7 @@ class WorkflowList(SwitchyardView, generics.ListAPIView):
         hidden = set(permissions.hidden_workflows(self.request.user))
         return [
             {"name": name, "parameters": [{**p, "default": _json_safe(p["default"])} for p in definition.parameters()],
-             "failure_mode": definition.failure_mode or workflows_settings.FAILURE_MODE, "timeout": definition.timeout}
+             "schema": definition.schema, "failure_mode": definition.failure_mode or workflows_settings.FAILURE_MODE, "timeout": definition.timeout}
             for name, definition in sorted(workflows().items()) if name not in hidden
         ]
 
@@ -123,8 +123,10 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
             e403="`permission_denied`: the user may not start this workflow, or a session request without "
                  "its CSRF token",
             e400="`parse_error`; `invalid_parameters` (wrong types, a missing workflow_id, missing or unknown "
-                 "workflow parameters); `unknown_workflow`; `existing_running_execution` (the deployment has "
-                 "an active execution: ask with queue or force)")},
+                 "workflow parameters, a workflow parameter that does not fit its type in the workflow's schema: "
+                 "the message names each, e.g. `parameter 'n': expected integer, got string \"three\"`); "
+                 "`unknown_workflow`; `existing_running_execution` (the deployment has an active execution: ask "
+                 "with queue or force)")},
     )
     def post(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)

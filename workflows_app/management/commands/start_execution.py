@@ -6,13 +6,19 @@ from django.core.management.base import CommandError
 
 from workflows_app import services, values
 from workflows_app.management.cli import ExecutionCommand, call, print_execution, wait_and_report
+from workflows_app.parameters import accepts_text_only
+from workflows_app.registry import get_workflow
 
 
-def parse_param(text):
-    """``k=v``; v is read as JSON when it is JSON (``n=3``, ``flags=[1,2]``), else as a string."""
+def parse_param(text, schema=None):
+    """``k=v``; v is read as JSON when it is JSON (``n=3``, ``flags=[1,2]``), else as a string —
+    always as the string when ``schema`` (the workflow's) declares ``k`` a ``str``
+    (``version=1.10``)."""
     if "=" not in text:
         raise CommandError(f"--param takes k=v, not {text!r}")
     key, raw = text.split("=", 1)
+    if schema is not None and accepts_text_only(schema["properties"].get(key.strip(), {})):
+        return key.strip(), raw
     try:
         value = values.loads(raw)
     except json.JSONDecodeError:
@@ -30,7 +36,8 @@ class Command(ExecutionCommand):
     def add_arguments(self, parser):
         parser.add_argument("workflow")
         parser.add_argument("--param", action="append", default=[], metavar="K=V",
-                            help="a workflow parameter; V is read as JSON when it is JSON, else as a string")
+                            help="a workflow parameter; V is read as JSON when it is JSON, else as a string "
+                                 "(always as the string for a parameter annotated str)")
         parser.add_argument("--deployment", default=None)
         parser.add_argument("--queue", action="store_true",
                             help="if the deployment has an active execution, start once it ended (queued)")
@@ -46,7 +53,8 @@ class Command(ExecutionCommand):
 
     def handle(self, *args, workflow, param, deployment, queue, force, failure_mode, dry_run, wait, timeout,
                as_json, **options):
-        parameters = dict(parse_param(p) for p in param)
+        schema = call(get_workflow, workflow).schema
+        parameters = dict(parse_param(p, schema) for p in param)
         execution = call(services.start, workflow, parameters, deployment_id=deployment, failure_mode=failure_mode,
                          dry_run=dry_run, created_by="manage.py", queue=queue, force=force)
         if not (wait and as_json):  # with both, stdout holds only the execution once it ended
