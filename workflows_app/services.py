@@ -10,7 +10,7 @@ raises ``PermissionRefused`` (nothing changed) when that user may not (``workflo
 from django.db import DatabaseError, transaction
 
 from workflows_app import broker, permissions, values
-from workflows_app.engine import resuming, starts, stopping, waits
+from workflows_app.engine import reruns, resuming, starts, stopping, waits
 from workflows_app.errors import ActionRefused, ParameterError
 from workflows_app.models import Event, Execution
 from workflows_app.states import (
@@ -44,6 +44,41 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
                                       timeout=timeout, wait_after_fail=wait_after_fail, dry_run=dry_run,
                                       created_by=created_by)
     return starts.create(execution, created, queue=queue, force=force)
+
+
+def rerun(execution_id, from_step, parameters=None, *, workflow_id=None, deployment_id=None, failure_mode=None,
+          timeout=None, wait_after_fail=None, dry_run=False, created_by="", queue=False, force=False,
+          user=None) -> Execution:
+    """Run an execution again from its step ``from_step``: a new execution of the same workflow,
+    ``rerun_of`` the original, whose steps that succeeded keep their stored results and do not run
+    again — all but ``from_step`` and what followed from it (``engine.reruns``). ``parameters``,
+    the deployment, the failure mode and the timeouts are the original's unless given; it is a
+    dry run if the original was or ``dry_run`` says so; ``queue`` and ``force`` as for a start.
+
+    The user must be able to view the original and start its workflow. Raises
+    ``Execution.DoesNotExist``, ``PermissionRefused``, ``ParameterError`` (a step the original
+    does not have, parameters that do not fit, a ``workflow_id`` given that is not the
+    original's), ``ExistingRunningExecution`` as a start does."""
+    original = _check(user, "view", Execution.objects.get(pk=execution_id))
+    permissions.check(user, "start", original.workflow_id, target=f"workflow {original.workflow_id[:100]!r}")
+    if workflow_id is not None and workflow_id != original.workflow_id:
+        raise ParameterError(f"execution {original.pk} is of the workflow {original.workflow_id!r}, "
+                             f"not {str(workflow_id)[:100]!r}: a rerun runs the original's workflow")
+    if not isinstance(from_step, str) or not from_step:
+        raise ParameterError(f"from_step is the name of a step of execution {original.pk}, not {from_step!r}")
+    if not created_by and user is not None:
+        created_by = user.get_username()
+    with transaction.atomic():
+        execution, created = starts.build(
+            original.workflow_id, original.parameters if parameters is None else parameters,
+            deployment_id=original.deployment_id if deployment_id is None else deployment_id,
+            failure_mode=failure_mode or original.failure_mode,
+            timeout=original.timeout if timeout is None else timeout,
+            wait_after_fail=original.wait_after_fail if wait_after_fail is None else wait_after_fail,
+            dry_run=dry_run or original.is_dry_run, created_by=created_by, rerun_of=original, rerun_from=from_step)
+        execution = starts.create(execution, created, queue=queue, force=force)
+        reruns.keep(execution, original, from_step)
+    return execution
 
 
 def send_event(execution_id, name, payload=None, *, user=None) -> Event:

@@ -87,6 +87,22 @@ def create_operation(operation, target) -> Operation:
     return _insert_with_event(operation, event)
 
 
+def create_kept_operations(operations, *, message, data=None) -> list:
+    """Store the new ``operations`` (unsaved instances: the steps a rerun keeps,
+    ``engine.reruns``) already ``succeeded`` at attempt 0 with the results they carry, each with
+    its ``operation_succeeded`` event: they are created ended, and never run."""
+    now = clock.now()
+    events = []
+    for operation in operations:
+        operation.state, operation.attempt = OperationState.SUCCEEDED, 0
+        setattr(operation, OPERATION_STATE_TIMESTAMP[OperationState.SUCCEEDED], now)
+        events.append(_operation_event(operation, OperationState.PENDING, OperationState.SUCCEEDED, 0, message, data))
+    with _atomic():
+        Operation.objects.bulk_create(operations)
+        Event.objects.bulk_create(events)
+    return operations
+
+
 def _insert_with_event(instance, event):
     """Save the new ``instance`` and ``event`` together. On PostgreSQL one statement (the
     event's INSERT reads a data-modifying CTE, so it is written only with the row; both ids are

@@ -55,7 +55,7 @@ def test_the_query_parameters_of_the_lists_are_documented():
     def names(path):
         return {p["name"] for p in openapi()["paths"][path]["get"].get("parameters", []) if p["in"] == "query"}
 
-    assert names("/api/v1/executions") == {"status", "workflow_id", "deployment_id", "parent", "created_after",
+    assert names("/api/v1/executions") == {"status", "workflow_id", "deployment_id", "parent", "rerun_of", "created_after",
                                            "created_before", "ordering", "limit", "offset"}
     assert names("/api/v1/events") == {"execution_id", "after", "type", "limit", "offset"}
     for path in ["/api/v1/workflows", "/api/v1/agents", "/api/v1/executions/{id}/operations"]:

@@ -423,7 +423,8 @@ REFUSED = [
     (["send_event", "{completed}", "go"], "CommandError: cannot send an event to execution {completed}"),
     (["send_event", "{started}", "go", "--payload", "{{nope"], "CommandError: --payload is not JSON"),
     (["send_event", "{started}", ""], "CommandError: "),
-    (["start_execution"], "manage.py start_execution: error: the following arguments are required: workflow"),
+    (["start_execution"], "CommandError: name the workflow to start, or --rerun-of an execution (not both)"),
+    (["start_execution", "--rerun-of", "{started}"], "CommandError: --rerun-of and --from-step go together"),
 ]
 
 

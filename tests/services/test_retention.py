@@ -396,9 +396,9 @@ def insert_history(n, ended_at):
             FROM s, {steps}, (SELECT 0 AS m UNION ALL SELECT 1 UNION ALL SELECT 2) AS more
             WHERE i %% 10 = 0 AND NOT (k = 1 AND m = 2)""", [n, at])
         cursor.execute(f"""
-            INSERT INTO {t['Wait']} (execution_id, key, kind, name, outcome, created_at, event_id)
+            INSERT INTO {t['Wait']} (execution_id, key, kind, name, outcome, created_at, event_id, after)
             SELECT e.id, 'event:go#1', 'event', 'go', 'received', %s,
-                   (SELECT min(v.id) FROM {t['Event']} v WHERE v.execution_id = e.id)
+                   (SELECT min(v.id) FROM {t['Event']} v WHERE v.execution_id = e.id), {array}
             FROM {t['Execution']} e WHERE e.workflow_id = 'history'
               AND EXISTS (SELECT 1 FROM {t['Operation']} o WHERE o.execution_id = e.id)""", [at])
 

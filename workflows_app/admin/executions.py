@@ -49,8 +49,10 @@ CONSISTENT_READS = 3
 LATEST_EVENTS = 20
 #: Stands for an execution's id in the change page's URL the graph's script fills in.
 CHANGE_URL_ID = "00000000-0000-0000-0000-000000000000"
-#: The children listed on a parent's page; the rest are a link away (the list, filtered).
+#: The children (and reruns) listed on an execution's page; the rest are a link away (the list, filtered).
 CHILDREN_SHOWN = 50
+#: The step names "Run again from step" suggests (any step's name may be typed).
+RERUN_STEPS_OFFERED = 500
 #: Seconds between two refreshes of the graph while the execution is active.
 REFRESH_SECONDS = 2
 #: The executions a delete's confirmation page names; the rest are counted.
@@ -287,6 +289,7 @@ class ExecutionAdmin(admin.ModelAdmin):
         return [
             path("<path:object_id>/graph/", view(self.graph_view), name="%s_%s_graph" % info),
             path("<path:object_id>/act/", view(self.act_view), name="%s_%s_act" % info),
+            path("<path:object_id>/rerun/", view(self.rerun_view), name="%s_%s_rerun" % info),
         ] + super().get_urls()
 
     def _execution_or_redirect(self, request, object_id):
@@ -320,6 +323,9 @@ class ExecutionAdmin(admin.ModelAdmin):
         events = list(Event.objects.filter(execution_id=execution.pk).order_by("-id")[:LATEST_EVENTS])
         children = list(self.get_queryset(request).filter(parent_id=execution.pk).order_by("created_at")
                         .only("id", "workflow_id", "status", "parent_step")[:CHILDREN_SHOWN + 1])
+        reruns = list(self.get_queryset(request).filter(rerun_of_id=execution.pk).order_by("created_at")
+                      .only("id", "status", "rerun_from", "created_at")[:CHILDREN_SHOWN + 1])
+        may_rerun = total > 0 and permissions.allows(request.user, "start", execution.workflow_id)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -339,6 +345,12 @@ class ExecutionAdmin(admin.ModelAdmin):
             "children": [{"execution": child, "badge": display.badge(child.status)} for child in children[:CHILDREN_SHOWN]],
             "more_children_url": (reverse("admin:workflows_app_execution_changelist") + f"?parent__id__exact={execution.pk}"
                                   if len(children) > CHILDREN_SHOWN else None),
+            "reruns": [{"execution": rerun, "badge": display.badge(rerun.status)} for rerun in reruns[:CHILDREN_SHOWN]],
+            "more_reruns_url": (reverse("admin:workflows_app_execution_changelist") + f"?rerun_of__id__exact={execution.pk}"
+                                if len(reruns) > CHILDREN_SHOWN else None),
+            "rerun_steps": (list(Operation.objects.filter(execution_id=execution.pk).order_by("pending_at", "id")
+                                 .values_list("name", flat=True)[:RERUN_STEPS_OFFERED]) if may_rerun else None),
+            "rerun_url": reverse("admin:workflows_app_execution_rerun", args=[execution.pk]),
             "change_url": reverse("admin:workflows_app_execution_change", args=[CHANGE_URL_ID]),
             "events_url": reverse("admin:workflows_app_event_changelist") + f"?execution__id__exact={execution.pk}",
             "parameters": display.pretty_json(execution.parameters),
@@ -422,6 +434,24 @@ class ExecutionAdmin(admin.ModelAdmin):
         else:  # the service refuses what the user may not do, and take_action says so
             take_action(self, request, action, [execution.pk])
         return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[execution.pk]))
+
+    def rerun_view(self, request, object_id):
+        """"Run again from step": ``services.rerun`` with the original's parameters, then the new
+        execution's page; a refusal is a message on the original's page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        execution, refused = self._execution_or_redirect(request, object_id)
+        if refused:
+            return refused
+        try:
+            rerun = services.rerun(execution.pk, request.POST.get("from_step", ""), user=request.user)
+        except (ParameterError, PermissionRefused, ExistingRunningExecution, RegistrationError) as exc:
+            self.message_user(request, " ".join(str(exc).split()), messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[execution.pk]))
+        self.message_user(request, f"execution {rerun.pk} runs {execution.workflow_id} again from step "
+                          f"{rerun.rerun_from!r}: it is {rerun.status}", messages.SUCCESS,
+                          extra_tags=said_tags(rerun.status))
+        return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[rerun.pk]))
 
     def confirm_page(self, request, action, execution_ids):
         """"Are you sure?" for a force action on these executions (from a button or the list)."""

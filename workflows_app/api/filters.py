@@ -99,6 +99,7 @@ class ExecutionFilter(django_filters.FilterSet):
     workflow_id = TextFilter(help_text="only executions of this workflow")
     deployment_id = TextFilter(help_text="only executions of this deployment")
     parent = django_filters.UUIDFilter(help_text="only the children of this execution")
+    rerun_of = django_filters.UUIDFilter(help_text="only the reruns of this execution")
     created_after = UTCDateTimeFilter(field_name="created_at", lookup_expr="gte",
                                       help_text="only executions created at or after this time (ISO 8601)")
     created_before = UTCDateTimeFilter(field_name="created_at", lookup_expr="lt",

@@ -84,9 +84,11 @@ class ExecutionSerializer(APIModelSerializer):
         model = Execution
         fields = ("id", "workflow_id", "deployment_id", "parameters", "status", "failure_mode", "timeout",
                   "wait_after_fail", "payload", "error", "is_dry_run", "created_by", "created_at", "started_at",
-                  "ended_at", "parent", "parent_step")
+                  "ended_at", "parent", "parent_step", "rerun_of", "rerun_from")
         extra_kwargs = {"parent": {"help_text": "the execution that started this one as a child, or null"},
-                        "parent_step": {"help_text": "the step of the parent that follows this child; '' for none"}}
+                        "parent_step": {"help_text": "the step of the parent that follows this child; '' for none"},
+                        "rerun_of": {"help_text": "the execution this one runs again from a step, or null"},
+                        "rerun_from": {"help_text": "the step of rerun_of this one runs again from; '' for none"}}
         read_only_fields = fields
 
 
@@ -283,9 +285,17 @@ class WorkflowIdField(StrictCharField):
 
 
 class StartExecutionSerializer(StrictSerializer):
-    """What starts an execution: the workflow and its parameters, and optionally the rest."""
+    """What starts an execution: the workflow and its parameters, and optionally the rest; or,
+    with ``rerun_of`` and ``from_step``, an execution run again from one of its steps (the
+    workflow is the original's; parameters and options default to the original's)."""
 
-    workflow_id = WorkflowIdField(allow_blank=True, trim_whitespace=False, help_text="a registered workflow")
+    workflow_id = WorkflowIdField(required=False, allow_blank=True, trim_whitespace=False,
+                                  help_text="a registered workflow (required, but with rerun_of: then the original's)")
+    rerun_of = serializers.UUIDField(required=False, allow_null=True,
+                                     help_text="run this execution again from its step from_step: its other steps "
+                                               "that succeeded keep their results and do not run again")
+    from_step = StrictCharField(required=False, max_length=255, trim_whitespace=False,
+                                help_text="with rerun_of: the step run again, with every step that followed from it")
     parameters = JSONObjectField(required=False, allow_null=True,
                                  help_text="the workflow's parameters; each required one must be given")
     deployment_id = StrictCharField(required=False, allow_null=True, max_length=200, trim_whitespace=False,
@@ -302,6 +312,17 @@ class StartExecutionSerializer(StrictSerializer):
                                help_text="if the deployment has an active execution, wait for it (queued)")
     force = StrictBooleanField(required=False, default=False,
                                help_text="if the deployment has an active execution, run beside it")
+
+    def validate(self, attrs):
+        if attrs.get("rerun_of") is None:
+            errors = {"from_step": ["Only with rerun_of."]} if "from_step" in attrs else {}
+            if "workflow_id" not in attrs:
+                errors["workflow_id"] = [self.fields["workflow_id"].error_messages["required"]]
+            if errors:
+                raise serializers.ValidationError(errors)
+        elif "from_step" not in attrs:
+            raise serializers.ValidationError({"from_step": ["This field is required with rerun_of."]})
+        return attrs
 
 
 @extend_schema_field({"type": "string", "enum": list(ACTIONS)})

@@ -116,7 +116,13 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
         operation_id="executions_create", summary="Start an execution",
         description="Creates the execution (`pending`, or `queued` behind the deployment's active execution "
                     "with `queue`) and sends it to a manager once committed. Needs the permission "
-                    "`workflows_app.add_execution`, and the workflow's own if it was registered with one.",
+                    "`workflows_app.add_execution`, and the workflow's own if it was registered with one.\n\n"
+                    "With `rerun_of` and `from_step`, runs that execution again from that step: a new execution "
+                    "of its workflow, whose other steps that succeeded keep their stored results and do not run "
+                    "again (`succeeded`, attempt 0), but `from_step` and every step that followed from it. "
+                    "`parameters` and the other options default to the original's. Also needs "
+                    "`workflows_app.view_execution` on the original. `GET /executions?rerun_of=ID` lists the "
+                    "reruns of an execution.",
         request=StartExecutionSerializer,
         responses={201: ExecutionDetailSerializer, **error_responses(
             400, 401, 403, 413, 415,
@@ -126,18 +132,24 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
                  "workflow parameters, a workflow parameter that does not fit its type in the workflow's schema: "
                  "the message names each, e.g. `parameter 'n': expected integer, got string \"three\"`); "
                  "`unknown_workflow`; `existing_running_execution` (the deployment has an active execution: ask "
-                 "with queue or force)")},
+                 "with queue or force); with `rerun_of`, `invalid_parameters` also for a `rerun_of` that names no "
+                 "execution, a `from_step` it does not have, or a `workflow_id` that is not its workflow")},
     )
     def post(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        options = {"deployment_id": data.get("deployment_id"), "failure_mode": data.get("failure_mode"),
+                   "timeout": data.get("timeout"), "wait_after_fail": data.get("wait_after_fail"),
+                   "dry_run": data["dry_run"], "queue": data["queue"], "force": data["force"], "user": request.user}
         try:
-            execution = services.start(
-                data["workflow_id"], data.get("parameters"), deployment_id=data.get("deployment_id"),
-                failure_mode=data.get("failure_mode"), timeout=data.get("timeout"),
-                wait_after_fail=data.get("wait_after_fail"), dry_run=data["dry_run"], queue=data["queue"],
-                force=data["force"], user=request.user)
+            if data.get("rerun_of") is not None:
+                execution = services.rerun(data["rerun_of"], data["from_step"], data.get("parameters"),
+                                           workflow_id=data.get("workflow_id"), **options)
+            else:
+                execution = services.start(data["workflow_id"], data.get("parameters"), **options)
+        except Execution.DoesNotExist:
+            raise errors.InvalidParameters(f"rerun_of: no execution {data['rerun_of']}") from None
         except domain.RegistrationError as exc:
             raise errors.UnknownWorkflow(str(exc)) from None
         except domain.ValueRefused:

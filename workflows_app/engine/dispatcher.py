@@ -92,7 +92,9 @@ def _run(execution, run, *, new=False):
         end(execution, ExecutionStatus.TIMED_OUT, f"the execution's timeout of {execution.timeout}s passed")
         return run
     if run is None:
-        operations = [] if new else list(Operation.objects.filter(execution_id=execution.pk))
+        # A new execution has no steps to read, but for those a rerun keeps (engine.reruns).
+        fresh = new and not execution.rerun_from
+        operations = [] if fresh else list(Operation.objects.filter(execution_id=execution.pk))
         if failures.before_replay(execution, operations, now):
             return None  # running steps are awaited before the code sees the failure
     try:

@@ -272,7 +272,8 @@ class Replay:
         if wait is None:
             if self.history_only:
                 self._past_history(f"wait {key!r}")
-            wait = self._waits[key] = waits.open_wait(self.execution, key, kind, name, timeout)
+            wait = self._waits[key] = waits.open_wait(self.execution, key, kind, name, timeout,
+                                                      after=tuple(self._last_awaited))
         if not self.history_only:  # a history's wait that was waiting is where its history ends
             waits.settle(wait)
         return WaitHandle(self, key)

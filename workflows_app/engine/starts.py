@@ -16,9 +16,10 @@ from workflows_app.transitions import create_execution, execution_transition
 
 
 def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None, wait_after_fail=None,
-          dry_run=False, created_by="", parent=None, parent_step="") -> tuple[Execution, Event]:
+          dry_run=False, created_by="", parent=None, parent_step="", rerun_of=None, rerun_from="") -> tuple[Execution, Event]:
     """The unsaved execution (``pending``) and its first event (``transitions.create_execution``
-    stores both). Raises ``RegistrationError`` for an unknown workflow, ``ParameterError`` for
+    stores both); ``rerun_of`` and ``rerun_from``: the execution and the step it runs again from
+    (``engine.reruns`` stores what it keeps). Raises ``RegistrationError`` for an unknown workflow, ``ParameterError`` for
     parameters that do not fit it or an unknown failure mode, and ``ValueRefused`` (a
     ``ParameterError``) for parameters that may not be stored."""
     definition = get_workflow(workflow_id)
@@ -41,10 +42,14 @@ def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
         created_by=created_by,
         parent=parent,
         parent_step=parent_step,
+        rerun_of=rerun_of,
+        rerun_from=rerun_from,
     )
     data = {"parameters": parameters}
     if parent is not None:
         data.update(parent=str(parent.pk), parent_step=parent_step)
+    if rerun_of is not None:
+        data.update(rerun_of=str(rerun_of.pk), rerun_from=rerun_from)
     created = Event(type=EventType.LOG, message=f"created: {definition.name}", data=data)
     return execution, created
 

@@ -45,10 +45,12 @@ def check_seconds(value, what, *, optional=False):
     return float(value)
 
 
-def open_wait(execution, key, kind, name="", timeout=None):
-    """Store a new wait (the first replay that reaches it); its deadline counts from now."""
+def open_wait(execution, key, kind, name="", timeout=None, after=()):
+    """Store a new wait (the first replay that reaches it); its deadline counts from now.
+    ``after``: the steps the workflow code awaited last before it (as a step's ``after``)."""
     deadline = clock.now() + timedelta(seconds=timeout) if timeout is not None else None
-    return Wait.objects.create(execution=execution, key=key, kind=kind, name=name, timeout=timeout, deadline=deadline)
+    return Wait.objects.create(execution=execution, key=key, kind=kind, name=name, timeout=timeout, deadline=deadline,
+                               after=list(after))
 
 
 def oldest_untaken_event(execution_id, name):

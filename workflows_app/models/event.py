@@ -1,5 +1,6 @@
 from django.db import models
 
+from workflows_app import clock
 from workflows_app.states import EventType
 
 
@@ -14,7 +15,7 @@ class Event(models.Model):
     type = models.CharField(max_length=30, choices=EventType.choices)
     message = models.TextField(blank=True, default="")
     data = models.JSONField(default=dict, blank=True)
-    timestamp = models.DateTimeField(auto_now_add=True)
+    timestamp = models.DateTimeField(default=clock.now, editable=False)  # the engine's clock (workflows_app.clock)
 
     class Meta:
         ordering = ["id"]

@@ -4,6 +4,7 @@ import uuid
 
 from django.db import models
 
+from workflows_app import clock
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, ExecutionStatus, FailureMode
 
 
@@ -40,7 +41,7 @@ class Execution(models.Model):
     error = models.TextField(blank=True, default="")
     is_dry_run = models.BooleanField(default=False)
     created_by = models.CharField(max_length=150, blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)  # the engine's clock (workflows_app.clock)
     started_at = models.DateTimeField(null=True, blank=True, editable=False)
     ended_at = models.DateTimeField(null=True, blank=True, editable=False)
     # sha256 of the current token; a dispatcher must present the token itself.
@@ -57,6 +58,10 @@ class Execution(models.Model):
     # (change id -> true or false), so that every later run of the function gets the same one
     # (engine.patches).
     patches = models.JSONField(default=dict, blank=True, editable=False)
+    # A rerun (engine.reruns): the execution it runs again, and the step it runs again from.
+    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns",
+                                 editable=False)
+    rerun_from = models.CharField(max_length=255, blank=True, default="", db_default="", editable=False)
 
     objects = ExecutionQuerySet.as_manager()
 

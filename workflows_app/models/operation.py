@@ -2,6 +2,7 @@ import uuid
 
 from django.db import models
 
+from workflows_app import clock
 from workflows_app.states import (
     OPERATION_ACTIVE,
     OPERATION_IN_FLIGHT_OR_WAITING,
@@ -71,7 +72,7 @@ class Operation(models.Model):
     # The run of the agent that started the current attempt.
     incarnation = models.CharField(max_length=64, blank=True, default="")
     # One timestamp per state: when the operation last entered it.
-    pending_at = models.DateTimeField(auto_now_add=True)
+    pending_at = models.DateTimeField(default=clock.now, editable=False)  # the engine's clock (workflows_app.clock)
     sending_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

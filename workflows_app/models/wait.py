@@ -1,5 +1,6 @@
 from django.db import models
 
+from workflows_app import clock
 from workflows_app.states import WaitKind, WaitOutcome
 
 
@@ -26,7 +27,10 @@ class Wait(models.Model):
     # The event_received event it took: each event is taken by one wait at most.
     event = models.OneToOneField("workflows_app.Event", null=True, blank=True, on_delete=models.SET_NULL,
                                  related_name="taken_by")
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The steps the workflow code had awaited last when it first reached the wait (as an
+    # operation's ``after``): what a rerun reads to tell whether the wait followed a step.
+    after = models.JSONField(default=list, blank=True, editable=False)
+    created_at = models.DateTimeField(default=clock.now, editable=False)  # the engine's clock (workflows_app.clock)
     resolved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -203,6 +203,12 @@ class Harness:
             self._move_to(due)
         return result.refresh()
 
+    def rerun(self, result, from_step, parameters=None, **options) -> Result:
+        """Run ``result``'s execution again from its step ``from_step`` (``services.rerun``: the
+        other steps that succeeded keep their results) and the new execution to its end."""
+        execution = self._step(lambda: services.rerun(result.id, from_step, parameters, **options))
+        return self.finish(Result(execution.pk))
+
     def send_event(self, result, name, payload=None) -> Result:
         """Deliver the event ``name`` to ``result``'s execution and run what it wakes."""
         self._step(lambda: services.send_event(result.id, name, payload))

@@ -1,11 +1,13 @@
-"""``manage.py start_execution WORKFLOW [--param k=v ...] [--deployment D] [--wait] [--json]``"""
+"""``manage.py start_execution WORKFLOW [--param k=v ...] [--deployment D] [--wait] [--json]``, and
+``manage.py start_execution --rerun-of ID --from-step NAME [--param k=v ...] ...``"""
 
 import json
 
 from django.core.management.base import CommandError
 
 from workflows_app import services, values
-from workflows_app.management.cli import ExecutionCommand, call, print_execution, wait_and_report
+from workflows_app.management.cli import ExecutionCommand, call, parse_execution_id, print_execution, wait_and_report
+from workflows_app.models import Execution
 from workflows_app.parameters import accepts_text_only
 from workflows_app.registry import get_workflow
 
@@ -31,10 +33,16 @@ def parse_param(text, schema=None):
 class Command(ExecutionCommand):
     help = ("Start an execution of a registered workflow and print its id (with --json: the execution, as "
             "POST /api/v1/executions answers). --wait follows it to its end, its progress on stderr, and "
-            "exits 1 unless it completed.")
+            "exits 1 unless it completed. With --rerun-of and --from-step, run an execution again from one of "
+            "its steps: its other steps that succeeded keep their results and do not run again.")
 
     def add_arguments(self, parser):
-        parser.add_argument("workflow")
+        parser.add_argument("workflow", nargs="?", default=None, help="a registered workflow (not with --rerun-of)")
+        parser.add_argument("--rerun-of", default=None, metavar="ID",
+                            help="run this execution (its id, or the start of it) again from --from-step, with its "
+                                 "parameters unless --param gives them")
+        parser.add_argument("--from-step", default=None, metavar="NAME",
+                            help="with --rerun-of: the step run again, with every step that followed from it")
         parser.add_argument("--param", action="append", default=[], metavar="K=V",
                             help="a workflow parameter; V is read as JSON when it is JSON, else as a string "
                                  "(always as the string for a parameter annotated str)")
@@ -51,12 +59,23 @@ class Command(ExecutionCommand):
         parser.add_argument("--json", dest="as_json", action="store_true",
                             help="print the execution as the REST API shows it (with --wait: once it ended)")
 
-    def handle(self, *args, workflow, param, deployment, queue, force, failure_mode, dry_run, wait, timeout,
-               as_json, **options):
-        schema = call(get_workflow, workflow).schema
-        parameters = dict(parse_param(p, schema) for p in param)
-        execution = call(services.start, workflow, parameters, deployment_id=deployment, failure_mode=failure_mode,
-                         dry_run=dry_run, created_by="manage.py", queue=queue, force=force)
+    def handle(self, *args, workflow, rerun_of, from_step, param, deployment, queue, force, failure_mode, dry_run,
+               wait, timeout, as_json, **options):
+        if (workflow is None) == (rerun_of is None):
+            raise CommandError("name the workflow to start, or --rerun-of an execution (not both)")
+        if (rerun_of is None) != (from_step is None):
+            raise CommandError("--rerun-of and --from-step go together")
+        options = {"deployment_id": deployment, "failure_mode": failure_mode, "dry_run": dry_run,
+                   "created_by": "manage.py", "queue": queue, "force": force}
+        if rerun_of is not None:
+            original = parse_execution_id(rerun_of)
+            schema = call(get_workflow, Execution.objects.only("workflow_id").get(pk=original).workflow_id).schema
+            parameters = dict(parse_param(p, schema) for p in param) if param else None
+            execution = call(services.rerun, original, from_step, parameters, **options)
+        else:
+            schema = call(get_workflow, workflow).schema
+            parameters = dict(parse_param(p, schema) for p in param)
+            execution = call(services.start, workflow, parameters, **options)
         if not (wait and as_json):  # with both, stdout holds only the execution once it ended
             print_execution(self, execution, as_json, line=lambda execution: str(execution.pk))
         if wait:
