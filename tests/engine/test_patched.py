@@ -9,42 +9,14 @@ none. The same story across a real manager restart: tests/integration/test_code_
 
 import pytest
 from django.db.models import F
-from django.test import override_settings
-from django.utils import timezone
 
+from tests.engine.passes import run_pass, succeed
 from workflows_app import services
-from workflows_app.engine import history, live, patches, reports
+from workflows_app.engine import history, live, patches
 from workflows_app.models import Execution, Operation
-from workflows_app.states import ExecutionStatus, OperationState
-from tests.engine.passes import run_pass
-from tests.replay_workflows import CODE_VERSION_ENV
+from workflows_app.states import ExecutionStatus
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox", "each_pass")]
-
-
-@pytest.fixture(autouse=True)
-def with_the_replay_workflows():
-    with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.replay_workflows"]):
-        yield
-
-
-@pytest.fixture
-def deploy(monkeypatch):
-    """``deploy("2")``: the code of version 2 runs from now on, in new processes (no live run)."""
-
-    def to(version):
-        monkeypatch.setenv(CODE_VERSION_ENV, version)
-        live.clear()
-
-    return to
-
-
-def succeed(execution, name):
-    """The step's agent ran it: its result is its argument."""
-    operation = Operation.objects.get(execution_id=execution.pk, name=name)
-    Operation.objects.filter(pk=operation.pk).update(state=OperationState.STARTED, started_at=timezone.now())
-    operation.refresh_from_db()
-    assert reports.record_success(operation, operation.attempt, operation.args[0])
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox", "each_pass", "with_the_replay_workflows")]
 
 
 def step_names(execution) -> list:

@@ -8,42 +8,15 @@ sets the version of the code (tests/replay_workflows.py) before the check runs.
 import json
 
 import pytest
-from django.test import override_settings
-from django.utils import timezone
 
+from tests.engine.passes import run_pass, succeed
 from workflows_app import services
-from workflows_app.engine import history, live, replaycheck, reports
+from workflows_app.engine import history, replaycheck
 from workflows_app.errors import HistoryRefused
 from workflows_app.models import Event, Execution, Operation, OperationDependency, Wait
 from workflows_app.states import ExecutionStatus, OperationState
-from tests.engine.passes import run_pass
-from tests.replay_workflows import CODE_VERSION_ENV
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox")]
-
-
-@pytest.fixture(autouse=True)
-def with_the_replay_workflows():
-    with override_settings(SWITCHYARD_WORKFLOW_MODULES=["tests.replay_workflows"]):
-        yield
-
-
-@pytest.fixture
-def code(monkeypatch):
-    """``code("2")``: the version of the workflows' code from now on."""
-
-    def version(number):
-        monkeypatch.setenv(CODE_VERSION_ENV, number)
-        live.clear()
-
-    return version
-
-
-def succeed(execution, name):
-    operation = Operation.objects.get(execution_id=execution.pk, name=name)
-    Operation.objects.filter(pk=operation.pk).update(state=OperationState.STARTED, started_at=timezone.now())
-    operation.refresh_from_db()
-    assert reports.record_success(operation, operation.attempt, operation.args[0] if operation.args else operation.name)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox", "with_the_replay_workflows")]
 
 
 def run_open_steps(execution) -> Execution:
@@ -77,8 +50,8 @@ def completed(workflow="rc_deploy") -> dict:
 
 # --- the history ------------------------------------------------------------------------------
 
-def test_the_history_holds_what_a_replay_needs_and_no_token(code):
-    code("2")
+def test_the_history_holds_what_a_replay_needs_and_no_token(deploy):
+    deploy("2")
     document = completed()
     assert (document["format"], document["version"]) == ("switchyard.history", 1)
     assert document["execution"]["workflow_id"] == "rc_deploy"
@@ -105,24 +78,24 @@ def test_the_same_code_replays_its_histories():
     assert replaycheck.check(completed()) is None
 
 
-def test_a_change_behind_ctx_patched_replays_the_histories_from_before_it(code):
+def test_a_change_behind_ctx_patched_replays_the_histories_from_before_it(deploy):
     waiting, done = waiting_at_the_event(), completed()
-    code("2")
+    deploy("2")
     assert replaycheck.check(waiting) is None
     assert replaycheck.check(done) is None
 
 
-def test_a_history_made_after_the_change_replays_with_the_new_code(code):
-    code("2")
+def test_a_history_made_after_the_change_replays_with_the_new_code(deploy):
+    deploy("2")
     document = completed()
     assert replaycheck.check(document) is None
 
 
-def test_retiring_a_patch_replays_the_histories_that_took_the_new_path_and_not_those_that_took_the_old(code):
+def test_retiring_a_patch_replays_the_histories_that_took_the_new_path_and_not_those_that_took_the_old(deploy):
     old_path = waiting_at_the_event()
-    code("2")
+    deploy("2")
     new_path = waiting_at_the_event()
-    code("9")  # c and d asked unconditionally
+    deploy("9")  # c and d asked unconditionally
     assert replaycheck.check(new_path) is None
     assert replaycheck.check(old_path) == (
         "non-deterministic workflow: this replay asked for step 'c', which the history does not hold, before "
@@ -130,70 +103,70 @@ def test_retiring_a_patch_replays_the_histories_that_took_the_new_path_and_not_t
         "guard the change with ctx.patched")
 
 
-def test_code_that_goes_further_than_the_history_replays(code):
+def test_code_that_goes_further_than_the_history_replays(deploy):
     # Step a succeeded and no pass has run since: the next pass goes on to the wait for go.
     execution = run_pass(services.start("rc_deploy", {}))
     succeed(execution, "a")
     assert replaycheck.check(history.export(execution.pk)) is None
-    code("5")  # a new step after the last one
+    deploy("5")  # a new step after the last one
     assert replaycheck.check(completed()) is None
 
 
-def test_an_exception_past_the_end_of_the_history_is_not_the_replays_concern(code):
+def test_an_exception_past_the_end_of_the_history_is_not_the_replays_concern(deploy):
     document = completed()
-    code("8")
+    deploy("8")
     assert replaycheck.check(document) is None
 
 
 # --- what does not replay ----------------------------------------------------------------------
 
-def test_a_step_asked_with_other_arguments_fails_with_the_guards_message(code):
+def test_a_step_asked_with_other_arguments_fails_with_the_guards_message(deploy):
     document = completed()
-    code("4")
+    deploy("4")
     assert replaycheck.check(document) == (
         "non-deterministic workflow: step 'b' was stored as rc_echo args=['b'] kwargs={}, and this replay asked "
         "for rc_echo args=['B'] kwargs={}; workflow code must ask for the same steps, with the same operations "
         "and arguments, in the same order on every run")
 
 
-def test_a_step_inserted_without_ctx_patched_fails_naming_it(code):
+def test_a_step_inserted_without_ctx_patched_fails_naming_it(deploy):
     document = waiting_at_the_event()
-    code("3")
+    deploy("3")
     assert replaycheck.check(document) == (
         "non-deterministic workflow: this replay asked for step 'c', which the history does not hold, before "
         "reaching the history's wait 'event:go#1': the code takes another path than the one this execution took; "
         "guard the change with ctx.patched")
 
 
-def test_going_back_to_the_code_before_a_change_fails_on_the_histories_made_after_it(code):
-    code("2")
+def test_going_back_to_the_code_before_a_change_fails_on_the_histories_made_after_it(deploy):
+    deploy("2")
     document = completed()
-    code("1")
+    deploy("1")
     assert replaycheck.check(document) == (
         "non-deterministic workflow: the workflow function returned before reaching the history's step 'c', "
         "step 'd': the code no longer asks for what this execution stored")
 
 
-def test_code_that_returns_or_raises_before_the_end_of_the_history_fails(code):
+def test_code_that_returns_or_raises_before_the_end_of_the_history_fails(deploy):
     document = waiting_at_the_event()
-    code("6")
+    deploy("6")
     assert replaycheck.check(document) == (
         "non-deterministic workflow: the workflow function returned before reaching the history's step 'a', "
         "wait 'event:go#1': the code no longer asks for what this execution stored")
-    code("7")
+    deploy("7")
     assert replaycheck.check(document) == (
         "non-deterministic workflow: the workflow function raised RuntimeError: a bug in the new code before "
         "reaching the history's step 'a', wait 'event:go#1': the code changed where this execution had gone on")
 
 
-def test_a_changed_graph_or_canvas_fails_naming_its_step(code):
+def test_a_changed_graph_or_canvas_fails_naming_its_step(deploy):
     document = completed("rc_graph")
     assert replaycheck.check(document) is None
-    code("2")
+    deploy("2")
     assert replaycheck.check(document).startswith(
         "non-deterministic workflow: step 'p2' was stored as rc_echo args=['p2'] kwargs={}, and this replay asked "
         "for rc_echo args=['P2'] kwargs={}")
-    code("3")
+    deploy("3")
     assert replaycheck.check(document).startswith(
         "non-deterministic workflow: step '0:rc_echo' was stored as rc_echo args=['y'] kwargs={}, and this replay "
         "asked for rc_echo args=['Y'] kwargs={}")
@@ -212,13 +185,13 @@ def counts():
     return tuple(model.objects.count() for model in (Execution, Operation, OperationDependency, Wait, Event))
 
 
-def test_the_check_keeps_nothing_and_sends_nothing(code, outbox, django_capture_on_commit_callbacks):
+def test_the_check_keeps_nothing_and_sends_nothing(deploy, outbox, django_capture_on_commit_callbacks):
     documents = [waiting_at_the_event(), completed(), completed("rc_graph")]
     before, sent = counts(), {kind: list(items) for kind, items in outbox.items()}
-    code("5")  # goes further than the completed history: a new step "e"
+    deploy("5")  # goes further than the completed history: a new step "e"
     with django_capture_on_commit_callbacks() as callbacks:
         verdicts = [replaycheck.check(document) for document in documents]
-    code("3")  # fails on the first two
+    deploy("3")  # fails on the first two
     with django_capture_on_commit_callbacks() as more_callbacks:
         verdicts += [replaycheck.check(document) for document in documents]
     assert verdicts == [None, None, None, verdicts[3], verdicts[4], verdicts[5]]
@@ -229,11 +202,11 @@ def test_the_check_keeps_nothing_and_sends_nothing(code, outbox, django_capture_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_check_commits_nothing_outside_a_tests_transaction(code, outbox):
+def test_the_check_commits_nothing_outside_a_tests_transaction(deploy, outbox):
     document = waiting_at_the_event()
     services.send_event(Execution.objects.get().pk, "go", "went")  # delivered; no pass took it yet
     before, sent = counts(), {kind: list(items) for kind, items in outbox.items()}
-    code("5")
+    deploy("5")
     assert replaycheck.check(document) is None
     assert counts() == before
     assert outbox == sent
