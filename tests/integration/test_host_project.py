@@ -13,7 +13,8 @@ and the shop's commands (start_execution --wait, list_executions) and admin work
 A second test runs the shop on ``startproject``'s SQLite settings as they are, under several
 writing processes at once (a manager, an agent's reports, parallel starts and resumes): nothing
 says "database is locked". A third follows README from ``django-admin startproject`` to a finished
-workflow. The tests share one wheel and one virtualenv (``shop_install``).
+workflow. A fourth runs the shop's own tests, written with the ``switchyard`` pytest fixture that
+the wheel's ``testing`` extra brings. The tests share one wheel and one virtualenv (``shop_install``).
 
 Nothing of this repository is importable by the shop's processes: they run the installed
 wheel, from a copy of the example, with an environment of their own (no ``DJANGO_SETTINGS_MODULE``
