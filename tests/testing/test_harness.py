@@ -165,3 +165,12 @@ def test_a_history_exported_in_a_test_is_checked_against_changed_code(switchyard
         switchyard.replay_check(history, str(path))
     assert "step 'c'" in str(refused.value) and str(path) in str(refused.value)
     assert Execution.objects.count() == 1  # the check kept nothing
+
+
+def test_child_workflows_run_to_their_end_in_the_harness_too(switchyard):
+    result = switchyard.run("harness_parent", {"children": 3})
+    assert result.status == "completed", result.error
+    children = Execution.objects.filter(parent_id=result.id)
+    assert sorted(child.status for child in children) == ["completed"] * 3
+    assert result.payload == {"children": [{"sum": 1}, {"sum": 2}, {"sum": 3}]}  # each child's payload
+    assert all(child.ended_at - child.started_at >= timedelta(seconds=30) for child in children)

@@ -58,3 +58,16 @@ def harness_warehouse(ctx, skus=("apple", "pear"), agent="warehouse"):
     for sku in skus:
         lines.add(f"reserve-{sku}", harness_busy_once, sku, agent=agent)
     ctx.set_payload({"reserved": sorted(lines.run())})
+
+
+@workflow
+def harness_child(ctx, n=1):
+    ctx.sleep(30)
+    ctx.set_payload({"sum": ctx.await_execute("add", harness_add, n, 1)})
+
+
+@workflow
+def harness_parent(ctx, children=2):
+    handles = [ctx.execute_workflow(f"child-{i}", harness_child, n=i) for i in range(children)]
+    ctx.all_of(*handles).wait()
+    ctx.set_payload({"children": [handle.result() for handle in handles]})
