@@ -344,6 +344,18 @@ def waiting_messages(queue):
         return None
 
 
+def purge(queue_name) -> int:
+    """Drop every message waiting in the queue ``queue_name``; how many (0 for a queue that does
+    not exist). The test harness does, for the queue of an agent it starts."""
+    with current_app.connection_for_write() as connection:
+        channel = connection.channel()
+        try:
+            channel.queue_declare(queue=queue_name, passive=True)
+        except Exception:  # no such queue (RabbitMQ closes the channel): nothing waits in it
+            return 0
+        return channel.queue_purge(queue_name) or 0
+
+
 def revoke(task_ids, *, terminate=False):
     """Celery's own bookkeeping for stopped attempts: a worker discards a revoked message it has
     not started, and with ``terminate`` signals the pool process running it. Fencing, not this

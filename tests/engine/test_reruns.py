@@ -5,7 +5,7 @@ imperative, graph and canvas workflows, run by the test harness."""
 import pytest
 
 from workflows_app import services
-from workflows_app.errors import ParameterError
+from workflows_app.errors import ExistingRunningExecution, ParameterError
 from workflows_app.models import Execution, Wait
 
 
@@ -121,3 +121,29 @@ def test_parameters_that_do_not_fit_are_refused(switchyard):
 def test_an_unknown_execution_is_refused(db):
     with pytest.raises(Execution.DoesNotExist):
         services.rerun("00000000-0000-0000-0000-000000000000", "a")
+
+
+def test_the_options_of_a_start_change_the_rerun_as_they_change_a_start(switchyard):
+    first = switchyard.run("rr_canvas", {"second": 10})
+    assert (first.execution.failure_mode, first.execution.wait_after_fail, first.execution.is_dry_run) == (
+        "no_new_calls", 600, False)
+    rerun = switchyard.rerun(first, "2:rr_add", failure_mode="fail_fast", wait_after_fail=5, timeout=90)
+    assert (rerun.execution.failure_mode, rerun.execution.wait_after_fail, rerun.execution.timeout) == (
+        "fail_fast", 5, 90)
+    dry = switchyard.rerun(first, "2:rr_add", dry_run=True)
+    assert dry.execution.is_dry_run and dry.operations["2:rr_add"].result is None
+    assert dry.operations["1:rr_add"].result == 13  # kept: the stored result, not a dry run's
+
+
+def test_a_rerun_on_a_busy_deployment_is_refused_queued_or_forced(switchyard):
+    first = switchyard.run("rr_canvas", {"second": 10}, deployment_id="site-1")
+    busy = switchyard.start("rr_imperative", deployment_id="site-1")  # waits for its event
+    assert busy.status == "started"
+    with pytest.raises(ExistingRunningExecution):
+        services.rerun(first.id, "2:rr_add")
+    queued = services.rerun(first.id, "2:rr_add", queue=True)
+    assert queued.status == "queued"
+    forced = switchyard.rerun(first, "2:rr_add", force=True)
+    assert forced.status == "completed" and forced.execution.deployment_id == "site-1"
+    elsewhere = switchyard.rerun(first, "2:rr_add", deployment_id="site-2")
+    assert elsewhere.status == "completed" and elsewhere.execution.deployment_id == "site-2"

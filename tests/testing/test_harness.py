@@ -3,7 +3,7 @@ the test's clock."""
 
 import json
 import os
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -11,7 +11,7 @@ from tests.replay_workflows import CODE_VERSION_ENV
 from tests.testing.workflows import harness_add, harness_charge, harness_order
 from workflows_app.models import Execution
 from workflows_app.sdk import NonRecoverableError, RecoverableError
-from workflows_app.testing.harness import HarnessError
+from workflows_app.testing.harness import Harness, HarnessError
 
 
 def test_a_workflow_runs_to_its_end_and_its_hour_long_sleep_elapses_at_once(switchyard):
@@ -174,3 +174,12 @@ def test_child_workflows_run_to_their_end_in_the_harness_too(switchyard):
     assert sorted(child.status for child in children) == ["completed"] * 3
     assert result.payload == {"children": [{"sum": 1}, {"sum": 2}, {"sum": 3}]}  # each child's payload
     assert all(child.ended_at - child.started_at >= timedelta(seconds=30) for child in children)
+
+
+def test_a_harness_clock_starts_where_it_is_told(db):
+    start = datetime(2030, 3, 31, 0, 59, 30, tzinfo=timezone.utc)
+    with Harness(start=start) as harness:
+        result = harness.run("harness_order", {"n": 1})
+    # The sleep's hour; otherwise a microsecond each time the clock is read.
+    assert start < result.execution.started_at < start + timedelta(seconds=1)
+    assert start + timedelta(hours=1) < result.execution.ended_at < start + timedelta(hours=1, seconds=1)

@@ -3,8 +3,12 @@ process of their own (``run_agent``), through the broker, while the harness play
 in the test's transaction."""
 
 import os
+import uuid
 
 import pytest
+from celery import current_app
+
+from workflows_app.broker import RUNNER_TASK
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -30,3 +34,13 @@ def test_the_other_operations_still_run_in_the_test(switchyard):
     result = switchyard.run("harness_warehouse", {"skus": ["apple"]})  # agent "warehouse": not the real one
     operation = result.operations["reserve-apple"]
     assert (operation.state, operation.incarnation, operation.result["pid"]) == ("succeeded", "test-harness", os.getpid())
+
+
+def test_a_message_left_in_the_agents_queue_by_another_run_does_not_hold_it(switchyard):
+    switchyard.agent("harness-warehouse")
+    # An attempt of an operation this test's database does not hold (an earlier run's, killed
+    # midway): its claim has no answer from the intake; the harness answers "drop".
+    current_app.send_task(RUNNER_TASK, args=[str(uuid.uuid4()), 1], kwargs={"secret": "stale"},
+                          queue="harness-warehouse", serializer="json")
+    result = switchyard.run("harness_warehouse", {"skus": ["apple"], "agent": "harness-warehouse"})
+    assert result.status == "completed", result.error

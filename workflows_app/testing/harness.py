@@ -66,18 +66,27 @@ class HarnessError(AssertionError):
 
 
 class Clock:
-    """The test's time: it starts at the wall clock's time and moves only when told."""
+    """The test's time: it starts at the wall clock's time and moves only when told — but for a
+    microsecond each time it is read, as real time would, so that what is stored one after the
+    other keeps its order (the oldest queued execution of a deployment starts first)."""
+
+    TICK = timedelta(microseconds=1)
 
     def __init__(self, start=None):
         self._now = start or timezone.now()
 
     def now(self):
+        """The time, one tick after the last reading (what the engine reads)."""
+        self._now += self.TICK
+        return self._now
+
+    def current(self):
+        """The time, without moving it (what the harness reads to decide)."""
         return self._now
 
     def move_to(self, moment):
-        if moment < self._now:
-            raise ValueError(f"the test clock does not go back: {moment} is before {self._now}")
-        self._now = moment
+        """On to ``moment``; a moment that has passed already leaves the clock where it is."""
+        self._now = max(self._now, moment)
 
 
 @dataclass
@@ -141,7 +150,8 @@ class Result:
 
 class Harness:
     """Runs workflows in this process. Use it as a context manager (the ``switchyard`` fixture
-    does): inside, the engine's messages, its clock and the agents' line are the harness'."""
+    does): inside, the engine's messages, its clock and the agents' line are the harness'.
+    ``start``: the clock's first time (an aware datetime; default: now)."""
 
     def __init__(self, *, start=None):
         self.clock = Clock(start)
@@ -195,13 +205,13 @@ class Harness:
     def finish(self, result) -> Result:
         """Run ``result``'s execution to its end, moving the clock past every deadline at once."""
         self._run_queued()
-        while not self._ended(result.id):
-            due = tick.next_deadline(self.clock.now())
-            if due is None:
+        for _ in range(MAX_STEPS):
+            if self._ended(result.id):
+                return result.refresh()
+            if not self._go_on():
                 raise HarnessError(f"execution {result.id} cannot end: it waits for something only the test can give "
                                    f"(an event?); its open steps: {self._open_steps(result.id)}")
-            self._move_to(due)
-        return result.refresh()
+        raise HarnessError(f"execution {result.id} did not end within {MAX_STEPS} deadlines")
 
     def rerun(self, result, from_step, parameters=None, **options) -> Result:
         """Run ``result``'s execution again from its step ``from_step`` (``services.rerun``: the
@@ -224,16 +234,16 @@ class Harness:
     def advance(self, seconds=0.0, **delta) -> None:
         """Move the clock on by ``seconds`` (and any of ``timedelta``'s keywords: ``hours=1``),
         running everything that falls due on the way, in order."""
-        target = self.clock.now() + timedelta(seconds=seconds, **delta)
-        if target < self.clock.now():
+        step = timedelta(seconds=seconds, **delta)
+        if step < timedelta(0):
             raise ValueError("the test clock does not go back")
+        target = self.clock.current() + step
         self._run_queued()
-        while True:
-            due = tick.next_deadline(self.clock.now())
-            if due is None or due > target:
+        for _ in range(MAX_STEPS):
+            if not self._go_on(until=target):
                 break
-            self._move_to(due)
-        self._move_to(target)
+        self.clock.move_to(target)
+        self._run_due()
 
     def fake(self, operation, *, returns=None, raises=None, times=None) -> Fake:
         """Replace the registered operation ``operation`` (its function or its name) while the
@@ -273,16 +283,19 @@ class Harness:
             raise HarnessError(f"{len(failures)} of {len(histories)} histories do not replay with today's code:\n"
                                + "\n".join(failures))
 
-    def agent(self, name, *, concurrency=1):
+    def agent(self, name):
         """Run the operations of agent ``name`` on a real agent from now on: ``manage.py run_agent
         name`` in a process of its own, with this project's settings, on the configured broker
         (stopped with the harness). It needs nothing but the broker: the harness takes its claims
-        and reports in, in the test's transaction. Fakes do not reach it. Returns once it has
-        registered. The broker must not be shared with a running manager of the same
+        and reports in, in the test's transaction. Fakes do not reach it. The messages waiting in
+        the agent's queue are dropped first. Returns once it has registered. The broker must not be shared with a running manager of the same
         ``MANAGEMENT_QUEUE``, which would take the agent's reports."""
         if name in self._agents:
             raise ValueError(f"agent {name!r} runs already")
         broker.declare_reports_queue()
+        # What an earlier run left in the agent's queue (a test killed midway) would hold the new
+        # agent: its claims name operations of another test's database, and nobody answers them.
+        broker.purge(name)
         log_path = os.path.join(self._var_dir, f"agent-{name}.log")
         # The environment the test had, not the one the harness gives the agents it plays: its
         # own var directory (and, on embedded defaults, the embedded Redis found there).
@@ -291,7 +304,7 @@ class Harness:
         env.update({"PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
                     "SWITCHYARD_WORKFLOW_MODULES": ",".join(workflow_modules()), "PYTHONUNBUFFERED": "1"})
         with open(log_path, "ab") as log:
-            process = subprocess.Popen([sys.executable, "-m", "django", "run_agent", name, "--concurrency", str(concurrency),
+            process = subprocess.Popen([sys.executable, "-m", "django", "run_agent", name, "--concurrency", "1",
                                         "--loglevel", "INFO"], env=env, stdin=subprocess.DEVNULL, stdout=log,
                                        stderr=subprocess.STDOUT, start_new_session=True)
         self._agents[name] = (process, log_path)
@@ -330,7 +343,20 @@ class Harness:
             if time.monotonic() > deadline:
                 raise HarnessError(f"no report within {AGENT_SILENCE_SECONDS:g}s while waiting for {what}:\n"
                                    + "\n".join(_tail(log) for _, log in self._agents.values()))
-            Inbox(take=lambda bodies: self._step(lambda: intake.take(bodies))).drain(1.0)
+            Inbox(take=self._take_reports).drain(1.0)
+
+    def _take_reports(self, bodies):
+        """The real agents' reports into the intake, in the test's transaction; a claim it leaves
+        unanswered — of an operation this test's database does not hold, left in the broker by an
+        earlier run — is answered "drop", or it would hold its agent until its claim's timeout."""
+        answers = self._step(lambda: intake.take(bodies))
+        answered = {answer.get("id") for _, answer in answers}
+        for body in bodies:
+            if (isinstance(body, dict) and body.get("kind") == wire.Kind.CLAIM and body.get("id") not in answered
+                    and isinstance(body.get("reply_to"), str)):
+                answers.append((body["reply_to"], {"id": body.get("id"), "verdict": wire.Verdict.DROP,
+                                                   "reason": "not an operation of this test"}))
+        return answers
 
     def _stop_agents(self):
         for process, _ in self._agents.values():
@@ -352,10 +378,26 @@ class Harness:
             except Reject as exc:
                 raise HarnessError(f"attempt {attempt} of operation {operation_id} was not run: {exc}") from None
 
-    def _move_to(self, moment):
-        self.clock.move_to(moment)
+    def _go_on(self, until=None) -> bool:
+        """Run what is due now; if nothing was, move the clock to the next stored deadline (not
+        past ``until``) and run what is due there. Whether anything could be done."""
+        if self._run_due():
+            return True
+        due = tick.next_deadline(self.clock.current())
+        if due is None or (until is not None and due > until):
+            return False
+        self.clock.move_to(due)
+        self._run_due()
+        return True
+
+    def _run_due(self) -> bool:
+        """Run what the stored deadlines make due at the clock's time; whether there was any."""
+        moment = self.clock.current()
         self._step(lambda: tick.run_deadlines(moment))
+        if not (self._advances or self._attempts or self._remote_in_flight()):
+            return False
         self._run_queued()
+        return True
 
     def _step(self, work):
         """``work()``, then what it deferred until a commit — at once when the test holds a
