@@ -65,7 +65,9 @@ def by_name(requirements):
 #: includes the other two) and the documentation tools' (docs.txt).
 PIN_FILES = ("base.txt", "dev.txt", "docs.txt")
 #: The extras whose pins live in a file of their own; every other group's are in base.txt.
-PINS_OF_GROUP = {"dev": "dev.txt", "docs": "docs.txt"}
+#: Where each group of pyproject's is pinned (the rest: base.txt). The ``testing`` extra (the pytest
+#: plugin's pytest and pytest-django) is a part of the dev tools, pinned with them.
+PINS_OF_GROUP = {"dev": "dev.txt", "docs": "docs.txt", "testing": "dev.txt"}
 
 
 def test_requirements_are_exact_pins():
@@ -94,8 +96,8 @@ def test_pyproject_gives_ranges_with_a_floor_and_a_ceiling():
 
 def test_requirements_pin_every_package_of_pyproject_inside_its_range():
     """The pins CI and docker install are ones the package allows: the core dependencies and the
-    extras the repository's set-ups use in base.txt (what docker installs), the dev tools in
-    dev.txt, the documentation tools in docs.txt; the same extras of a package
+    extras the repository's set-ups use in base.txt (what docker installs), the dev tools and the
+    testing extra in dev.txt, the documentation tools in docs.txt; the same extras of a package
     (psycopg[binary], celery[redis]) as pyproject's."""
     for group, requirements in project_requirements().items():
         where = f"requirements/{PINS_OF_GROUP.get(group, 'base.txt')}"
