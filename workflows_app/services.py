@@ -66,6 +66,7 @@ def rerun(execution_id, from_step, parameters=None, *, workflow_id=None, deploym
                              f"not {str(workflow_id)[:100]!r}: a rerun runs the original's workflow")
     if not isinstance(from_step, str) or not from_step:
         raise ParameterError(f"from_step is the name of a step of execution {original.pk}, not {from_step!r}")
+    kept = reruns.plan(original, from_step)  # before anything is stored: a step it does not have is refused
     if not created_by and user is not None:
         created_by = user.get_username()
     with transaction.atomic():
@@ -77,7 +78,7 @@ def rerun(execution_id, from_step, parameters=None, *, workflow_id=None, deploym
             wait_after_fail=original.wait_after_fail if wait_after_fail is None else wait_after_fail,
             dry_run=dry_run or original.is_dry_run, created_by=created_by, rerun_of=original, rerun_from=from_step)
         execution = starts.create(execution, created, queue=queue, force=force)
-        reruns.keep(execution, original, from_step)
+        reruns.keep(execution, kept)
     return execution
 
 

@@ -72,3 +72,13 @@ def test_a_get_is_not_allowed(client, switchyard):
     first = switchyard.run("rr_canvas")
     login(client, "operator", ["view_execution", "add_execution"])
     assert client.get(rerun_url(first.id)).status_code == 405
+
+
+@pytest.mark.parametrize("step", ["a\x00b", "x" * 300_000])
+def test_a_step_name_that_cannot_be_is_a_short_message(client, switchyard, step):
+    first = switchyard.run("rr_canvas")
+    login(client, "operator", ["view_execution", "add_execution"])
+    response = client.post(rerun_url(first.id), {"from_step": step}, follow=True)
+    assert response.status_code == 200 and "has no step" in response.content.decode()
+    assert len(response.content) < 200_000
+    assert Execution.objects.count() == 1

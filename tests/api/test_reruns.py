@@ -75,3 +75,27 @@ def test_a_user_who_may_only_view_may_not_rerun(first, switchyard):
     response = client.post(f"{API}/executions", {"rerun_of": str(first.id), "from_step": "0:rr_add"}, format="json")
     assert_error(response, 403, "permission_denied")
     assert Execution.objects.count() == 1
+
+
+@pytest.mark.parametrize("raw, status, error_code", [
+    ('{"rerun_of": "FIRST", "from_step": "a\\u0000b"}', 400, "invalid_parameters"),
+    ('{"rerun_of": "FIRST", "from_step": "a\\ud800b"}', 400, "invalid_parameters"),
+    ('{"rerun_of": "FIRST", "from_step": "0:rr_add", "parameters": {"second": NaN}}', 400, "parse_error"),
+    ('{"rerun_of": "FIRST", "from_step": "' + "x" * (3 * 1024 * 1024) + '"}', 413, "payload_too_large"),
+    ('{"rerun_of": "FIRST", "from_step": "0:rr_add", "parameters": {"second": 1, "pad": "' + "x" * (3 * 1024 * 1024)
+     + '"}}', 413, "payload_too_large"),
+])
+def test_a_rerun_with_a_value_that_cannot_be_stored_is_refused_and_nothing_is_stored(api, first, raw, status, error_code):
+    response = api.post(f"{API}/executions", raw.replace("FIRST", str(first.id)), content_type="application/json")
+    assert response.status_code == status, response.content
+    if error_code:
+        assert response.json()["error_code"] == error_code
+    assert Execution.objects.count() == 1
+
+
+def test_who_may_not_view_the_original_may_not_rerun_it(first, switchyard):
+    client = CheckedClient()
+    client.force_authenticate(make_user("starter", ("add_execution",)))
+    response = client.post(f"{API}/executions", {"rerun_of": str(first.id), "from_step": "0:rr_add"}, format="json")
+    assert_error(response, 403, "permission_denied")
+    assert Execution.objects.count() == 1

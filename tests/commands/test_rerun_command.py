@@ -41,11 +41,14 @@ def test_without_params_the_rerun_takes_the_originals(switchyard):
     (["--rerun-of", "FIRST", "--from-step", "nope"], "no step 'nope'"),
     (["--rerun-of", "0000dead", "--from-step", "0:rr_add"], "no execution '0000dead'"),
     (["--rerun-of", "FIRST", "--from-step", "0:rr_add", "--param", "second=ten"], "parameter 'second'"),
+    (["--rerun-of", "FIRST", "--from-step", "a\x00b"], r"no step 'a\\x00b'"),
+    (["--rerun-of", "FIRST", "--from-step", "x" * (3 * 1024 * 1024)], "no step 'xxx"),
+    (["--rerun-of", "FIRST", "--from-step", "0:rr_add", "--param", "second=NaN"], "--param second"),
 ])
 def test_a_rerun_that_cannot_be_is_one_line_and_stores_nothing(switchyard, argv, message):
     first = switchyard.run("rr_canvas")
     argv = [str(first.id) if arg == "FIRST" else arg for arg in argv]
     with pytest.raises(CommandError, match=message) as refused:
         call_command("start_execution", *argv, stdout=io.StringIO())
-    assert "\n" not in str(refused.value)
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 1000
     assert Execution.objects.count() == 1

@@ -14,6 +14,7 @@ for again.
 """
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from workflows_app.errors import ParameterError
 from workflows_app.models import Operation, OperationDependency, Wait
@@ -28,19 +29,45 @@ KEPT_FIELDS = ("name", "kind", "operation", "args", "kwargs", "agent", "result",
 KEPT_OUTCOMES = (WaitOutcome.RECEIVED, WaitOutcome.TIMED_OUT, WaitOutcome.ELAPSED)
 
 
-def redone(original, from_step) -> set:
-    """The names of ``from_step`` and of every step of ``original`` that followed from it.
+@dataclass(frozen=True)
+class Plan:
+    """What a rerun of ``original`` from ``from_step`` keeps, read once: the steps that succeeded
+    and did not follow from it, the edges between them, and the waits that did not follow from it."""
+    original: object
+    from_step: str
+    kept: list
+    edges: list
+    waits: list
+
+
+def plan(original, from_step) -> Plan:
+    """The plan of a rerun of ``original`` from ``from_step`` (its steps and edges read once).
     ``ParameterError`` when ``original`` has no such step."""
-    names = dict(Operation.objects.filter(execution=original).values_list("name", "after"))
-    if from_step not in names:
+    operations = list(Operation.objects.filter(execution=original))
+    if from_step not in {operation.name for operation in operations}:
         raise ParameterError(f"execution {original.pk} has no step {str(from_step)[:255]!r}")
+    edges = list(OperationDependency.objects.filter(operation__execution=original)
+                 .values_list("operation__name", "depends_on__name"))
+    again = _followed_from(from_step, operations, edges)
+    kept = [operation for operation in operations
+            if operation.state == OperationState.SUCCEEDED and operation.name not in again]
+    names = {operation.name for operation in kept}
+    waits = [wait for wait in Wait.objects.filter(execution=original, kind__in=(WaitKind.EVENT, WaitKind.SLEEP),
+                                                  outcome__in=KEPT_OUTCOMES)
+             if again.isdisjoint(wait.after or ())]
+    return Plan(original, from_step, kept, [(step, before) for step, before in edges
+                                            if step in names and before in names], waits)
+
+
+def _followed_from(from_step, operations, edges) -> set:
+    """``from_step`` and the names of the steps that followed from it, transitively: through the
+    graph's edges and the order of imperative code (``Operation.after``)."""
     following = defaultdict(set)
-    for step, before in OperationDependency.objects.filter(operation__execution=original) \
-            .values_list("operation__name", "depends_on__name"):
+    for step, before in edges:
         following[before].add(step)
-    for step, after in names.items():
-        for before in after or ():
-            following[before].add(step)
+    for operation in operations:
+        for before in operation.after or ():
+            following[before].add(operation.name)
     found, todo = {from_step}, [from_step]
     while todo:
         for step in following[todo.pop()] - found:
@@ -49,29 +76,24 @@ def redone(original, from_step) -> set:
     return found
 
 
-def keep(execution, original, from_step):
-    """Store in the new ``execution`` (a rerun of ``original`` from ``from_step``, in the
-    transaction that creates it) the steps it keeps, succeeded at attempt 0 with their stored
-    results, the edges between them, and the waits it keeps. Returns the kept steps' names."""
-    again = redone(original, from_step)
-    kept = [operation for operation in Operation.objects.filter(execution=original, state=OperationState.SUCCEEDED)
-            if operation.name not in again]
+def keep(execution, plan):
+    """Store in the new ``execution`` (a rerun, in the transaction that creates it) what ``plan``
+    keeps: the steps, succeeded at attempt 0 with their stored results, the edges between them,
+    and the waits. Returns the kept steps' names."""
+    original = plan.original
     copies = create_kept_operations(
-        [Operation(execution=execution, **{name: getattr(operation, name) for name in KEPT_FIELDS}) for operation in kept],
+        [Operation(execution=execution, **{name: getattr(operation, name) for name in KEPT_FIELDS})
+         for operation in plan.kept],
         message=f"kept from execution {original.pk}", data={"rerun_of": str(original.pk)})
     by_name = {copy.name: copy for copy in copies}
     OperationDependency.objects.bulk_create([
-        OperationDependency(operation=by_name[step], depends_on=by_name[before])
-        for step, before in OperationDependency.objects.filter(operation__execution=original)
-        .values_list("operation__name", "depends_on__name")
-        if step in by_name and before in by_name])
-    waits = Wait.objects.filter(execution=original, kind__in=(WaitKind.EVENT, WaitKind.SLEEP), outcome__in=KEPT_OUTCOMES)
+        OperationDependency(operation=by_name[step], depends_on=by_name[before]) for step, before in plan.edges])
     Wait.objects.bulk_create([
         Wait(execution=execution, key=wait.key, kind=wait.kind, name=wait.name, timeout=wait.timeout, after=wait.after,
              deadline=wait.deadline, outcome=wait.outcome, payload=wait.payload, resolved_at=wait.resolved_at)
-        for wait in waits if again.isdisjoint(wait.after or ())])
+        for wait in plan.waits])
     names = sorted(by_name)
-    record_event(execution.pk, "log", f"a rerun of execution {original.pk} from step {from_step!r}: "
-                 f"{len(names)} step(s) keep their results", {"rerun_of": str(original.pk), "from_step": from_step,
-                                                              "kept": names})
+    record_event(execution.pk, "log", f"a rerun of execution {original.pk} from step {plan.from_step!r}: "
+                 f"{len(names)} step(s) keep their results", {"rerun_of": str(original.pk),
+                                                              "from_step": plan.from_step, "kept": names})
     return names
