@@ -45,6 +45,24 @@ class FailureMode(models.TextChoices):
     FAIL_FAST = "fail_fast"
 
 
+class OverlapPolicy(models.TextChoices):
+    """What a schedule does with a slot that falls due while its previous execution is active."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    ALLOW = "allow"
+    CANCEL_OTHER = "cancel_other"
+
+
+class SlotOutcome(models.TextChoices):
+    """What became of one slot of a schedule (``ScheduleSlot``)."""
+
+    STARTED = "started"
+    BUFFERED = "buffered"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+
+
 class EventType(models.TextChoices):
     WORKFLOW_STARTED = "workflow_started"
     WORKFLOW_RESUMED = "workflow_resumed"

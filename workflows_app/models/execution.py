@@ -62,6 +62,15 @@ class Execution(models.Model):
     rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns",
                                  editable=False)
     rerun_from = models.CharField(max_length=255, blank=True, default="", db_default="", editable=False)
+    # A schedule's run: the schedule that started it and the slot it is for (engine.schedules).
+    schedule = models.ForeignKey("workflows_app.Schedule", null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="executions", editable=False)
+    scheduled_for = models.DateTimeField(null=True, blank=True, editable=False)
+    # The concurrency key it counts against (engine.concurrency); empty: none of its workflow's.
+    concurrency_key = models.CharField(max_length=255, blank=True, default="", db_default="", editable=False)
+    # Started with ``force`` beside its deployment's active execution: it never waits for that
+    # deployment, even while it waits for its workflow's limit (engine.concurrency).
+    forced = models.BooleanField(default=False, db_default=False, editable=False)
 
     objects = ExecutionQuerySet.as_manager()
 
@@ -71,7 +80,10 @@ class Execution(models.Model):
             models.Index(fields=["status", "-created_at"], name="execution_status_created"),
             models.Index(fields=["-created_at"], name="execution_created"),
             models.Index(fields=["workflow_id", "-created_at"], name="execution_workflow_created"),
-            models.Index(fields=["deployment_id", "status"], name="execution_deployment_status"),
+            models.Index(fields=["deployment_id", "status", "created_at"], name="execution_deployment_status"),
+            models.Index(fields=["concurrency_key", "status", "created_at"], name="execution_concurrency",
+                         condition=~models.Q(concurrency_key="")),
+            models.Index(fields=["schedule", "-created_at"], name="execution_schedule_created"),
             # The list's other orderings (ordering=started_at, ended_at, either way): without them a
             # page of GET /executions sorts every row of the table.
             models.Index(fields=["started_at"], name="execution_started_at"),
@@ -86,6 +98,8 @@ class Execution(models.Model):
         constraints = [
             models.CheckConstraint(condition=models.Q(status__in=ExecutionStatus.values), name="execution_status_valid"),
             models.CheckConstraint(condition=models.Q(failure_mode__in=FailureMode.values), name="execution_failure_mode_valid"),
+            models.UniqueConstraint(fields=["schedule", "scheduled_for"], name="execution_schedule_slot_once",
+                                    condition=models.Q(schedule__isnull=False)),
         ]
 
     def __str__(self):
