@@ -30,6 +30,8 @@ _loaded: set = set()
 #: The modules that could not be imported: module -> why, in one line.
 _failed: dict = {}
 
+#: The ``concurrency_key`` that names the execution's deployment rather than a parameter.
+CONCURRENCY_DEPLOYMENT = "deployment"
 #: The setting (and environment variable) that names the workflow modules.
 MODULES_SETTING = "SWITCHYARD_WORKFLOW_MODULES"
 #: Switchyard's own code, which an import problem does not point at.
@@ -78,12 +80,28 @@ class WorkflowDef:
     #: A permission ("app.codename") that starting this workflow and acting on its executions
     #: need besides the execution's own.
     permission: str | None = None
+    #: At most this many of its executions of one key active at once (``engine.concurrency``);
+    #: None: no limit.
+    concurrency: int | None = None
+    #: What the limit counts per: the name of one of its parameters, or "deployment"; None: the
+    #: workflow itself.
+    concurrency_key: str | None = None
     listeners: dict = field(default_factory=dict)
     schema: dict = field(init=False, repr=False)
 
     def __post_init__(self):
         self.schema = typed.schema_of(self.func, self.name)
         self.func = typed.converting(self.func, self.schema)
+        if self.concurrency_key is not None:
+            names = [p["name"] for p in self.parameters()]
+            if self.concurrency_key == CONCURRENCY_DEPLOYMENT and CONCURRENCY_DEPLOYMENT in names:
+                raise RegistrationError(
+                    f"workflow {self.name!r}: concurrency_key {CONCURRENCY_DEPLOYMENT!r} names both the deployment and "
+                    f"a parameter; rename the parameter")
+            if self.concurrency_key not in (CONCURRENCY_DEPLOYMENT, *names):
+                raise RegistrationError(
+                    f"workflow {self.name!r}: concurrency_key must be one of its parameters "
+                    f"({', '.join(names) or 'none'}) or {CONCURRENCY_DEPLOYMENT!r}, not {self.concurrency_key!r}")
 
     def __call__(self, *args, **kwargs):
         return self.func(*args, **kwargs)
@@ -143,9 +161,13 @@ def operation(func=None, *, name=None, max_retries=None, retry_interval=None, re
     return wrap(func) if func is not None else wrap
 
 
-def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhandled="fail", permission=None):
+def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhandled="fail", permission=None,
+             concurrency=None, concurrency_key=None):
     """Register a workflow; works with and without parentheses. ``permission`` ("app.codename"):
-    what starting it and acting on its executions need besides the execution's permissions."""
+    what starting it and acting on its executions need besides the execution's permissions.
+    ``concurrency`` (a positive int): at most this many of its executions active at once per value
+    of ``concurrency_key`` — one of its parameters, or "deployment"; without it, of the whole
+    workflow — the others wait ``queued`` and start in order (``engine.concurrency``)."""
     if failure_mode is not None and failure_mode not in FailureMode.values:
         raise RegistrationError(f"failure_mode must be one of {FailureMode.values}, not {failure_mode!r}")
     if on_unhandled not in ("fail", "retry"):
@@ -153,11 +175,19 @@ def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhand
     if permission is not None and not (isinstance(permission, str) and permission.count(".") == 1
                                        and all(permission.split("."))):
         raise RegistrationError(f"permission must be 'app_label.codename', not {permission!r}")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise RegistrationError(f"concurrency must be a whole number of 1 or more, not {concurrency!r}")
+    if concurrency_key is not None and not isinstance(concurrency_key, str):
+        raise RegistrationError(f"concurrency_key names one of the workflow's parameters, or 'deployment': "
+                                f"not {concurrency_key!r}")
+    if concurrency_key is not None and concurrency is None:
+        raise RegistrationError(f"concurrency_key={concurrency_key!r} needs concurrency, the limit it counts against")
 
     def wrap(fn):
         return _register(_workflows, "workflow", WorkflowDef(
             name=name or fn.__name__, func=fn, failure_mode=failure_mode, timeout=timeout, on_unhandled=on_unhandled,
-            permission=permission))
+            permission=permission, concurrency=concurrency, concurrency_key=concurrency_key))
 
     return wrap(func) if func is not None else wrap
 

@@ -7,7 +7,7 @@ from django.db import transaction
 
 from workflows_app import broker, values
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import deployments
+from workflows_app.engine import concurrency
 from workflows_app.errors import ExistingRunningExecution, ParameterError, ValueRefused
 from workflows_app.models import Event, Execution
 from workflows_app.registry import get_workflow
@@ -16,12 +16,15 @@ from workflows_app.transitions import create_execution, execution_transition
 
 
 def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None, wait_after_fail=None,
-          dry_run=False, created_by="", parent=None, parent_step="", rerun_of=None, rerun_from="") -> tuple[Execution, Event]:
+          dry_run=False, created_by="", parent=None, parent_step="", rerun_of=None, rerun_from="", schedule=None,
+          scheduled_for=None) -> tuple[Execution, Event]:
     """The unsaved execution (``pending``) and its first event (``transitions.create_execution``
     stores both); ``rerun_of`` and ``rerun_from``: the execution and the step it runs again from
-    (``engine.reruns`` stores what it keeps). Raises ``RegistrationError`` for an unknown workflow, ``ParameterError`` for
-    parameters that do not fit it or an unknown failure mode, and ``ValueRefused`` (a
-    ``ParameterError``) for parameters that may not be stored."""
+    (``engine.reruns`` stores what it keeps); ``schedule`` and ``scheduled_for``: the schedule that
+    starts it and its slot (``engine.schedules``). Raises ``RegistrationError`` for an unknown workflow, ``ParameterError`` for
+    parameters that do not fit it, an unknown failure mode or a value that cannot make its
+    concurrency key (``engine.concurrency.key_of``), and ``ValueRefused`` (a ``ParameterError``)
+    for parameters that may not be stored."""
     definition = get_workflow(workflow_id)
     parameters = {} if parameters is None else parameters
     definition.check_parameters(parameters)
@@ -44,31 +47,44 @@ def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
         parent_step=parent_step,
         rerun_of=rerun_of,
         rerun_from=rerun_from,
+        schedule=schedule,
+        scheduled_for=scheduled_for,
+        concurrency_key=concurrency.key_of(definition, parameters, deployment_id),
     )
     data = {"parameters": parameters}
     if parent is not None:
         data.update(parent=str(parent.pk), parent_step=parent_step)
     if rerun_of is not None:
         data.update(rerun_of=str(rerun_of.pk), rerun_from=rerun_from)
+    if schedule is not None:
+        data.update(schedule=str(schedule.pk), scheduled_for=scheduled_for.isoformat())
     created = Event(type=EventType.LOG, message=f"created: {definition.name}", data=data)
     return execution, created
 
 
 def create(execution, created, *, queue=False, force=False) -> Execution:
     """Store ``execution`` and its first event (:func:`build`) and, once committed, send it to a
-    manager. A ``deployment_id`` that has an active execution refuses it
-    (``ExistingRunningExecution``, nothing stored) unless ``queue`` (it waits ``queued`` and
-    starts when the deployment is free, in order) or ``force`` (it runs beside the other)."""
-    checks_holder = bool(execution.deployment_id) and not force
-    # Without a deployment to check, the execution and its event are stored by one statement
-    # (create_execution), which needs no transaction of its own; on_commit then sends at once
-    # (or, in a caller's transaction, once it commits).
-    with transaction.atomic() if checks_holder else nullcontext():
+    manager — or leave it ``queued`` while its keys have no room (``engine.concurrency``): its
+    workflow's limit, and its deployment (one active execution at a time). A start that would
+    wait for its deployment is refused (``ExistingRunningExecution``, nothing stored) unless
+    ``queue`` (it waits ``queued`` and starts when the deployment is free, in order) or ``force``
+    (it runs beside the other; its workflow's limit still holds)."""
+    # Kept with it: a forced execution that waits for its workflow's limit never waits for its
+    # deployment (engine.concurrency.keys_of).
+    execution.forced = bool(force and execution.deployment_id)
+    keys = concurrency.keys_for_start(execution, force=force)
+    # Without a key, the execution and its event are stored by one statement (create_execution),
+    # which needs no transaction of its own; on_commit then sends at once (or, in a caller's
+    # transaction, once it commits).
+    with transaction.atomic() if keys else nullcontext():
+        blocked = None
+        if keys:
+            concurrency.lock(keys)
+            blocked = concurrency.admit(keys)
+            if blocked is not None and blocked.is_deployment and not queue:
+                raise ExistingRunningExecution(execution.deployment_id, blocked.behind)  # nothing was stored
         create_execution(execution, created)
-        holder = deployments.active_of(execution.deployment_id) if checks_holder else None
-        if holder is not None and holder != execution.pk:
-            if not queue:
-                raise ExistingRunningExecution(execution.deployment_id, holder)  # rolls the new row back
-            return execution_transition(execution, ExecutionStatus.QUEUED, message=f"queued behind {holder}")
+        if blocked is not None:
+            return execution_transition(execution, ExecutionStatus.QUEUED, message=blocked.message())
         broker.send_advance_on_commit(execution)
     return execution
