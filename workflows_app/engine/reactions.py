@@ -10,7 +10,7 @@ The table is handed to ``transitions.react_with`` when the app is ready
 (``WorkflowsConfig.ready``): transitions sit below the engine and cannot import it.
 """
 
-from workflows_app.engine import children, deployments, listeners
+from workflows_app.engine import children, concurrency, listeners, schedules
 from workflows_app.models import Execution
 from workflows_app.signals import execution_status_changed
 
@@ -25,10 +25,11 @@ def announce(execution, source, target, event):
             listeners.record_failure(execution, target, receiver, response)
 
 
-#: In this order. A terminal execution frees its deployment first, so the next queued one is
-#: on its way before any listener runs.
+#: In this order. A terminal execution frees its slots (its workflow's limit, its deployment)
+#: first, so the next queued ones are on their way before any listener runs.
 AFTER_EXECUTION_TRANSITION = (
-    deployments.start_next_when_ended,  # an execution that ended: its deployment's oldest queued one starts
+    concurrency.start_next_when_ended,  # an execution that ended: the first queued ones of its keys start
+    schedules.start_buffered_when_ended,  # an execution of a schedule that ended: its buffered slot starts
     children.wake_parent_when_ended,  # a child that ended: its parent's pass takes the child's outcome
     listeners.call,  # the workflow's lifecycle listeners (@wf.on_success, register_status_listener, …)
     announce,  # the execution_status_changed signal, for the project's own receivers

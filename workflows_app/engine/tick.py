@@ -13,7 +13,18 @@ from django.db.models import Min
 
 from workflows_app import broker, clock
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import children, deployments, failures, policy, progress, recovery, reports, stopping, waits
+from workflows_app.engine import (
+    children,
+    concurrency,
+    failures,
+    policy,
+    progress,
+    recovery,
+    reports,
+    schedules,
+    stopping,
+    waits,
+)
 from workflows_app.models import Execution, Operation
 from workflows_app.states import (
     EXECUTION_CANCELLING,
@@ -59,18 +70,20 @@ def run(now=None):
 
 def run_deadlines(now):
     """What has fallen due by ``now``: retries whose back-off passed are sent, operations past
-    their timeout fail, executions whose stored deadline passed are woken."""
+    their timeout fail, executions whose stored deadline passed are woken, schedules' slots
+    that fell due start."""
     progress.send_due_retries(now)
     fail_timed_out_operations(now)
     wake_due_executions(now)
+    schedules.fire_due(now)
 
 
 def next_deadline(after):
     """The earliest stored deadline later than ``after`` that :func:`run_deadlines` acts on, or
     ``None``: an open wait's (a sleep, an event wait's timeout, a workflow's retry), a retry's
     back-off, a started operation's or execution's timeout, a failure's wait for the running
-    steps, a cancel's CANCEL_TIMEOUT. The test harness moves its clock there."""
-    found = [waits.next_deadline(after),
+    steps, a cancel's CANCEL_TIMEOUT, a schedule's next slot. The test harness moves its clock there."""
+    found = [waits.next_deadline(after), schedules.next_deadline(after),
              Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__gt=after)
              .aggregate(at=Min("next_attempt_at"))["at"]]
     for started_at, timeout in Operation.objects.filter(state=OperationState.STARTED, timeout__isnull=False) \
@@ -163,7 +176,8 @@ def resend_stuck_messages(now):
         else:
             for pk in unstarted + idle:
                 broker.send_advance(pk)
-    deployments.start_every_free_deployment()
+    concurrency.start_every_free_key()
+    schedules.start_every_free_buffered()
     children.wake_parents_of_ended()
     # A stopping execution that no running operation will ever wake (or whose stop was cut short).
     for pk in Execution.objects.filter(status__in=EXECUTION_CANCELLING).values_list("pk", flat=True):
