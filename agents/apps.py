@@ -10,11 +10,14 @@ class AgentsConfig(AppConfig):
     def ready(self):
         # Imported here: models (and the modules that import them) only once the apps are loaded.
         from agents import signals
+        from workflows_app import metrics
         from workflows_app.api import routes
         from workflows_app.signals import execution_warnings
 
         # GET <prefix>/agents, served by workflows_app.api.urls (which never imports this app).
         routes.register(r"^agents/?$", "agents.api.AgentList", name="agents")
+        # switchyard_agents_online in GET <prefix>/metrics (workflows_app.metrics, which never imports this app).
+        metrics.register("agents", "agents.metrics.collect")
         # Every way of deleting an agent's row (the admin, a queryset's delete(), the shell)
         # sends pre_delete for each row, as a model with a receiver is never deleted in bulk.
         pre_delete.connect(signals.lose_started_operations, sender=self.get_model("Agent"),

@@ -336,9 +336,12 @@ def waiting_messages(queue):
     """How many messages wait in ``queue`` now; ``None`` when the broker cannot say."""
     if _outlet is not None:
         return 0  # what the harness was given, it has run
+    # Redis keeps a queue as a list, which goes when it empties: a passive declare refuses a queue
+    # that holds nothing, and a declare there creates nothing. On RabbitMQ a declare would.
+    passive = not broker_is_redis()
     try:
         with current_app.connection_for_read() as connection:
-            return connection.default_channel.queue_declare(queue=queue, passive=True).message_count
+            return connection.default_channel.queue_declare(queue=queue, passive=passive).message_count
     except Exception:  # an unknown queue, a broker that does not count: unknown, not an error
         logger.debug("could not count the messages of %s", queue, exc_info=True)
         return None

@@ -46,6 +46,8 @@ DEFAULTS = {
     "API_THROTTLE_RATES": {"read": "1200/minute", "write": "240/minute"},
     # Days an ended execution is kept before the managers purge it; None: kept for ever.
     "RETENTION_DAYS": None,
+    # The bearer token a Prometheus server scrapes GET metrics with; None: only users may.
+    "METRICS_TOKEN": None,
 }
 
 #: Where ``manage.py standalone``'s Flower is, for the web server it starts (see above).
@@ -88,6 +90,9 @@ def bad_values(user_settings) -> list[str]:
         value = user_settings["RETENTION_DAYS"]
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
             found.append(f"WORKFLOWS['RETENTION_DAYS'] must be None (keep) or a number of days > 0, not {value!r}")
+    if "METRICS_TOKEN" in user_settings and not _is_token(user_settings["METRICS_TOKEN"]):
+        found.append(f"WORKFLOWS['METRICS_TOKEN'] must be None (no scrape token) or a string of at least "
+                     f"{MIN_TOKEN_LENGTH} visible ASCII characters, such as secrets.token_urlsafe(32) makes")
     if "API_THROTTLE_RATES" in user_settings:
         rates = user_settings["API_THROTTLE_RATES"]
         if not isinstance(rates, dict) or set(rates) - set(DEFAULTS["API_THROTTLE_RATES"]) or not all(
@@ -109,6 +114,16 @@ def bad_values(user_settings) -> list[str]:
         if not isinstance(phases, dict) or set(phases) - set(default_phases):
             found.append(f"WORKFLOWS['SHUTDOWN_PHASE_TIMEOUTS'] must be a dict with keys among {sorted(default_phases)}")
     return found
+
+
+#: The shortest scrape token accepted: a short one is guessed.
+MIN_TOKEN_LENGTH = 16
+
+
+def _is_token(token) -> bool:
+    """None, or what an ``Authorization: Bearer`` header can carry whole: visible ASCII, no space."""
+    return token is None or (isinstance(token, str) and len(token) >= MIN_TOKEN_LENGTH
+                             and all("!" <= character <= "~" for character in token))
 
 
 def _is_rate(rate) -> bool:

@@ -30,6 +30,8 @@ SPEC_DEFAULTS = {
     # What gets in.
     "MAX_PAYLOAD_BYTES": 2 * 1024 * 1024, "API_THROTTLE_RATES": {"read": "1200/minute", "write": "240/minute"},
     "RETENTION_DAYS": None,
+    # Issue 37's: the bearer token that scrapes GET /api/v1/metrics.
+    "METRICS_TOKEN": None,
 }
 
 
