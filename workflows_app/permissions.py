@@ -16,9 +16,23 @@ action             needs
 ``delete``         ``delete_execution`` (an ended execution only)
 =================  ===========================================================================
 
+A schedule (``workflows_app.schedules``) needs what its executions need:
+
+=================  ===========================================================================
+action             needs
+=================  ===========================================================================
+``view``           ``view_execution``
+``schedule``,      ``add_execution`` (what starting its workflow needs): create one, trigger it
+``trigger``
+``change``,        ``change_execution``
+``pause``,
+``resume``
+``delete``         ``delete_execution``
+=================  ===========================================================================
+
 A workflow registered with ``@workflow(permission="app.codename")`` needs that permission as
-well, for every action on its executions, viewing them included. Superusers have every
-permission (Django's ``has_perm``). ``user=None`` is the server's own access — what the
+well, for every action on its executions and its schedules, viewing them included. Superusers
+have every permission (Django's ``has_perm``). ``user=None`` is the server's own access — what the
 ``manage.py`` commands and the engine act with — and is never refused.
 """
 
@@ -42,6 +56,11 @@ REQUIRED = {
     "force-cancel": (CHANGE, FORCE),
     "force-resume": (CHANGE, FORCE),
     "delete": (DELETE,),
+    # A schedule's (workflows_app.schedules); view, resume and delete are the executions' own.
+    "schedule": (START,),
+    "trigger": (START,),
+    "change": (CHANGE,),
+    "pause": (CHANGE,),
 }
 #: How a refusal names each action.
 _VERBS = {"view": "view", "start": "start", "send_event": "send an event to"}

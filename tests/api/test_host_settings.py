@@ -54,6 +54,8 @@ OPERATIONS = {
     ("get", "workflows"), ("post", "executions"), ("get", "executions"), ("get", "executions/{id}"),
     ("post", "executions/{id}"), ("get", "executions/{id}/operations"), ("get", "executions/{id}/graph"),
     ("post", "executions/{id}/events"), ("get", "events"), ("get", "agents"),
+    ("get", "schedules"), ("post", "schedules"), ("get", "schedules/{id}"), ("patch", "schedules/{id}"),
+    ("delete", "schedules/{id}"), ("post", "schedules/{id}"), ("get", "metrics"),
 }
 ENUMS = {"ExecutionStatusEnum", "OperationStateEnum", "FailureModeEnum", "EventTypeEnum", "AgentStatusEnum"}
 
@@ -217,7 +219,7 @@ def test_the_schema_is_the_demo_projects_under_the_hosts_prefix(client):
     assert ENUMS <= set(served["components"]["schemas"])
     assert served["info"]["title"] == "Switchyard API" and "servers" not in served
     assert {op["tags"][0] for item in served["paths"].values() for op in item.values()} == {
-        "workflows", "executions", "events", "agents"}
+        "workflows", "executions", "events", "agents", "schedules", "metrics"}
     with override_settings(ROOT_URLCONF="switchyard.urls"):
         demo = SchemaGenerator().get_schema(request=None, public=True)
     assert "/api/v1/executions" in demo["paths"]
@@ -250,7 +252,7 @@ def test_the_api_at_the_root_of_a_project_without_an_admin(client, user):
     assert {(method, path) for path, item in served["paths"].items() for method in item} == {
         (method, f"/{path}") for method, path in OPERATIONS}
     assert {op["tags"][0] for item in served["paths"].values() for op in item.values()} == {
-        "workflows", "executions", "events", "agents"}
+        "workflows", "executions", "events", "agents", "schedules", "metrics"}
     assert client.get("/agents").json()["count"] == 0
     assert_error(client.get("/nowhere"), 404, "not_found")
     refused = APIClient().get("/docs")  # no admin to log in at: no link, rather than an error

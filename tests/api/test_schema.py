@@ -15,6 +15,9 @@ SPEC_OPERATIONS = {
     ("get", "/api/v1/executions/{id}"), ("post", "/api/v1/executions/{id}"),
     ("get", "/api/v1/executions/{id}/operations"), ("get", "/api/v1/executions/{id}/graph"),
     ("post", "/api/v1/executions/{id}/events"), ("get", "/api/v1/events"), ("get", "/api/v1/agents"),
+    ("get", "/api/v1/schedules"), ("post", "/api/v1/schedules"), ("get", "/api/v1/schedules/{id}"),
+    ("patch", "/api/v1/schedules/{id}"), ("delete", "/api/v1/schedules/{id}"), ("post", "/api/v1/schedules/{id}"),
+    ("get", "/api/v1/metrics"),
 }
 
 
@@ -35,14 +38,15 @@ def test_the_schema_is_served_as_yaml_and_as_json(api):
 def test_every_operation_documents_its_errors_in_the_one_shape():
     schema = openapi()
     assert schema["components"]["schemas"]["Error"]["required"] == ["error_code", "message"]
-    expected = {"get": {"200", "401"}, "post": {"400", "401", "403", "415"}}
+    expected = {"get": {"200", "401"}, "post": {"400", "401", "403", "415"}, "patch": {"200", "400", "401", "403", "415"},
+                "delete": {"204", "401", "403"}}
     for path, item in schema["paths"].items():
         for method, operation in item.items():
             codes = set(operation["responses"])
             assert expected[method] <= codes, (method, path, codes)
             if "{id}" in path:
                 assert "404" in codes, (method, path)
-            for code in codes - {"200", "201", "202"}:
+            for code in codes - {"200", "201", "202", "204"}:
                 assert operation["responses"][code]["content"]["application/json"]["schema"] == {
                     "$ref": "#/components/schemas/Error"}, (method, path, code)
     assert "409" in schema["paths"]["/api/v1/executions/{id}"]["post"]["responses"]
@@ -55,8 +59,10 @@ def test_the_query_parameters_of_the_lists_are_documented():
     def names(path):
         return {p["name"] for p in openapi()["paths"][path]["get"].get("parameters", []) if p["in"] == "query"}
 
-    assert names("/api/v1/executions") == {"status", "workflow_id", "deployment_id", "parent", "rerun_of", "created_after",
-                                           "created_before", "ordering", "limit", "offset"}
+    assert names("/api/v1/executions") == {"status", "workflow_id", "deployment_id", "concurrency_key", "parent",
+                                           "rerun_of", "schedule",
+                                           "created_after", "created_before", "ordering", "limit", "offset"}
+    assert names("/api/v1/schedules") == {"workflow_id", "paused", "limit", "offset"}
     assert names("/api/v1/events") == {"execution_id", "after", "type", "limit", "offset"}
     for path in ["/api/v1/workflows", "/api/v1/agents", "/api/v1/executions/{id}/operations"]:
         assert names(path) == {"limit", "offset"}

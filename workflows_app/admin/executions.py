@@ -23,6 +23,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 from kombu.exceptions import OperationalError as BrokerError
 
 from workflows_app import permissions, queries, retention, services
@@ -179,8 +180,8 @@ class ExecutionAdmin(admin.ModelAdmin):
                     "operations"]
     list_display_links = ["short_id"]
     list_filter = ["status", WorkflowFilter, "created_at"]
-    search_fields = ["^id", "deployment_id"]
-    search_help_text = "an execution id (or its start) or a deployment"
+    search_fields = ["^id", "deployment_id", "=concurrency_key"]
+    search_help_text = "an execution id (or its start), a deployment, or a concurrency key"
     ordering = ["-created_at"]
     list_per_page = 50
     list_max_show_all = 1000
@@ -353,6 +354,11 @@ class ExecutionAdmin(admin.ModelAdmin):
             "rerun_url": reverse("admin:workflows_app_execution_rerun", args=[execution.pk]),
             "change_url": reverse("admin:workflows_app_execution_change", args=[CHANGE_URL_ID]),
             "events_url": reverse("admin:workflows_app_event_changelist") + f"?execution__id__exact={execution.pk}",
+            # The executions of its concurrency key, which the list shows newest first: the queued ones
+            # start oldest first.
+            "concurrency_url": (reverse("admin:workflows_app_execution_changelist") + "?"
+                                + urlencode({"concurrency_key": execution.concurrency_key})
+                                if execution.concurrency_key else None),
             "parameters": display.pretty_json(execution.parameters),
             "payload": display.pretty_json(execution.payload),
             # An active execution's picture is drawn (and refreshed) before its first operation.

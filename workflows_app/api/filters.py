@@ -12,7 +12,7 @@ from django import forms
 from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 
-from workflows_app.models import Event, Execution
+from workflows_app.models import Event, Execution, Schedule
 from workflows_app.states import EventType, ExecutionStatus
 
 #: What ``ordering`` takes (``-`` for descending); the default is ``-created_at``.
@@ -57,7 +57,7 @@ class TextFilter(django_filters.CharFilter):
 
 
 class ExecutionFilterForm(StrictForm):
-    may_be_empty = ("workflow_id", "deployment_id")
+    may_be_empty = ("workflow_id", "deployment_id", "concurrency_key")
 
     def clean(self):
         cleaned = super().clean()
@@ -98,8 +98,11 @@ class ExecutionFilter(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=ExecutionStatus.choices, help_text="only executions in this status")
     workflow_id = TextFilter(help_text="only executions of this workflow")
     deployment_id = TextFilter(help_text="only executions of this deployment")
+    concurrency_key = TextFilter(help_text="only executions that count against this concurrency key (as an "
+                                           "execution's `concurrency_key` shows it)")
     parent = django_filters.UUIDFilter(help_text="only the children of this execution")
     rerun_of = django_filters.UUIDFilter(help_text="only the reruns of this execution")
+    schedule = django_filters.UUIDFilter(help_text="only the executions this schedule started")
     created_after = UTCDateTimeFilter(field_name="created_at", lookup_expr="gte",
                                       help_text="only executions created at or after this time (ISO 8601)")
     created_before = UTCDateTimeFilter(field_name="created_at", lookup_expr="lt",
@@ -134,3 +137,35 @@ class EventFilter(django_filters.FilterSet):
         model = Event
         fields = ()
         form = StrictForm
+
+
+class TrueOrFalseField(forms.NullBooleanField):
+    """``true`` or ``false``, as JSON writes them (Django's takes ``1``, ``yes``... and answers
+    anything else as "not given", which would list everything)."""
+
+    widget = forms.TextInput  # Django's select reads the query's text as a boolean first, garbage as None
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        if value in ("true", "false"):
+            return value == "true"
+        raise forms.ValidationError("must be true or false.", code="invalid")
+
+
+class TrueOrFalseFilter(django_filters.BooleanFilter):
+    field_class = TrueOrFalseField
+
+
+class ScheduleFilterForm(StrictForm):
+    may_be_empty = ("workflow_id",)
+
+
+class ScheduleFilter(django_filters.FilterSet):
+    workflow_id = TextFilter(help_text="only the schedules of this workflow")
+    paused = TrueOrFalseFilter(help_text="true: only the paused schedules; false: only the others")
+
+    class Meta:
+        model = Schedule
+        fields = ()
+        form = ScheduleFilterForm

@@ -56,6 +56,8 @@ SPECTACULAR_SETTINGS = {
         "FailureModeEnum": "workflows_app.states.FailureMode",
         "EventTypeEnum": "workflows_app.states.EventType",
         "WarningCodeEnum": "workflows_app.states.WarningCode",
+        "OverlapPolicyEnum": "workflows_app.states.OverlapPolicy",
+        "SlotOutcomeEnum": "workflows_app.states.SlotOutcome",
     },
 }
 

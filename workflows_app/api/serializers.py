@@ -84,11 +84,16 @@ class ExecutionSerializer(APIModelSerializer):
         model = Execution
         fields = ("id", "workflow_id", "deployment_id", "parameters", "status", "failure_mode", "timeout",
                   "wait_after_fail", "payload", "error", "is_dry_run", "created_by", "created_at", "started_at",
-                  "ended_at", "parent", "parent_step", "rerun_of", "rerun_from")
+                  "ended_at", "parent", "parent_step", "rerun_of", "rerun_from", "schedule", "scheduled_for", "concurrency_key")
         extra_kwargs = {"parent": {"help_text": "the execution that started this one as a child, or null"},
                         "parent_step": {"help_text": "the step of the parent that follows this child; '' for none"},
                         "rerun_of": {"help_text": "the execution this one runs again from a step, or null"},
-                        "rerun_from": {"help_text": "the step of rerun_of this one runs again from; '' for none"}}
+                        "rerun_from": {"help_text": "the step of rerun_of this one runs again from; '' for none"},
+                        "schedule": {"help_text": "the schedule that started this one, or null (also once that "
+                                                  "schedule is deleted)"},
+                        "scheduled_for": {"help_text": "the slot of its schedule it runs for, or null"},
+                        "concurrency_key": {"help_text": "the key of its workflow's concurrency limit it counts "
+                                                         "against, e.g. provision:customer=\"acme\"; '' for none"}}
         read_only_fields = fields
 
 
@@ -246,6 +251,11 @@ class WorkflowSerializer(serializers.Serializer):
     failure_mode = serializers.ChoiceField(choices=FailureMode.choices,
                                            help_text="what an execution gets when it asks for none")
     timeout = serializers.FloatField(allow_null=True, help_text="seconds; null: no limit")
+    concurrency = serializers.IntegerField(allow_null=True, min_value=1, help_text=(
+        "at most this many of its executions active at once per concurrency_key value; the others wait `queued` "
+        "and start in order; null: no limit"))
+    concurrency_key = serializers.CharField(allow_null=True, help_text=(
+        "what the limit counts per: one of its parameters, or `deployment`; null: the workflow as a whole"))
 
 
 # --- input -----------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ Other apps' endpoints (``GET agents``) are registered in ``workflows_app.api.rou
 from django.apps import apps
 from django.urls import re_path
 
-from workflows_app.api import routes, views
+from workflows_app.api import metrics, routes, schedules, views
 from workflows_app.api.docs import DocsView, SchemaView
 
 apps.check_apps_ready()  # the registered routes are complete only then
@@ -25,6 +25,9 @@ urlpatterns = [
     re_path(rf"^executions/{_ID}/graph/?$", views.ExecutionGraph.as_view(), name="execution-graph"),
     re_path(rf"^executions/{_ID}/events/?$", views.ExecutionEvents.as_view(), name="execution-events"),
     re_path(r"^events/?$", views.EventList.as_view(), name="events"),
+    re_path(r"^schedules/?$", schedules.ScheduleListCreate.as_view(), name="schedules"),
+    re_path(rf"^schedules/{_ID}/?$", schedules.ScheduleDetail.as_view(), name="schedule"),
+    re_path(r"^metrics/?$", metrics.MetricsView.as_view(), name="metrics"),
     *routes.urlpatterns(),
     re_path(r"^schema/?$", SchemaView.as_view(), name="schema"),
     re_path(r"^docs/?$", DocsView.as_view(), name="docs"),

@@ -62,7 +62,8 @@ class WorkflowList(SwitchyardView, generics.ListAPIView):
         hidden = set(permissions.hidden_workflows(self.request.user))
         return [
             {"name": name, "parameters": [{**p, "default": _json_safe(p["default"])} for p in definition.parameters()],
-             "schema": definition.schema, "failure_mode": definition.failure_mode or workflows_settings.FAILURE_MODE, "timeout": definition.timeout}
+             "schema": definition.schema, "failure_mode": definition.failure_mode or workflows_settings.FAILURE_MODE, "timeout": definition.timeout,
+             "concurrency": definition.concurrency, "concurrency_key": definition.concurrency_key}
             for name, definition in sorted(workflows().items()) if name not in hidden
         ]
 
