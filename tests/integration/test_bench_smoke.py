@@ -68,3 +68,12 @@ def test_the_harness_timing_runs_a_round_and_reports_it():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "a ten-step workflow with a retry and an hour's sleep, 1 rounds: median" in done.stdout
+
+
+def test_the_concurrency_limits_timing_runs_and_reports_its_cases():
+    done = subprocess.run([sys.executable, "-m", "bench.concurrency", "--queued", "50", "--keys", "20", "--history", "100",
+                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for case in ("admission, key full, 50 queued on the key", "promotion, 50 queued on the key",
+                 "deployment lock: promotion, 50 queued", "plain Celery `send_task`"):
+        assert case in done.stdout
