@@ -24,13 +24,15 @@ import statistics
 import time
 from datetime import timedelta
 
+from bench import increasing_sizes
+
 #: The limit of the benchmark's keyed workflow (per customer).
 LIMIT = 2
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.concurrency", description=__doc__.splitlines()[0])
-    parser.add_argument("--queued", type=_sizes, default=(1_000, 10_000),
+    parser.add_argument("--queued", type=increasing_sizes, default=(1_000, 10_000),
                         help="N,N…: executions queued on one key at each measurement, in increasing order "
                              "(the empty queue is always measured first)")
     parser.add_argument("--keys", type=int, default=10_000,
@@ -265,15 +267,6 @@ def _send_task(rounds):
         embedded_redis.stop(directory)
     return statistics.median(times[1:]) * 1000, max(times[1:]) * 1000
 
-
-def _sizes(text):
-    try:
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a comma-separated list of numbers, not {text!r}") from None
-    if not sizes or any(size < 1 for size in sizes) or list(sizes) != sorted(sizes):
-        raise argparse.ArgumentTypeError("numbers of executions queued, 1 or more, in increasing order")
-    return sizes
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import statistics
 import time
 from datetime import timedelta
 
+from bench import increasing_sizes
+
 #: Kinds of rows, so that every series has many label values, as in a real deployment.
 WORKFLOWS = 20
 OPERATIONS = 30
@@ -25,7 +27,7 @@ TOKEN = "bench-metrics-scrape-token-0123456789"
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.metrics", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=_sizes, default=(1_000, 10_000, 100_000),
+    parser.add_argument("--sizes", type=increasing_sizes, default=(1_000, 10_000, 100_000),
                         help="N,N…: executions stored at each measurement, in increasing order")
     parser.add_argument("--operations", type=int, default=3, help="K: operations of each execution")
     parser.add_argument("--rounds", type=int, default=5)
@@ -111,15 +113,6 @@ def main(argv=None):
           f"filled in |\n|---|---|---|---|---|---|")
     print("\n".join(rows))
 
-
-def _sizes(text):
-    try:
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a comma-separated list of numbers, not {text!r}") from None
-    if not sizes or any(size < 1 for size in sizes) or list(sizes) != sorted(sizes):
-        raise argparse.ArgumentTypeError("numbers of executions, 1 or more, in increasing order")
-    return sizes
 
 
 if __name__ == "__main__":

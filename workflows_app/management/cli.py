@@ -99,10 +99,10 @@ def parse_execution_id(text) -> uuid.UUID:
     return matches[0]["id"]
 
 
-def id_digits(text) -> str:
+def id_digits(text, kind="execution") -> str:
     """The hex digits of an id or of its start, as typed: a whole UUID in any form Python reads
     (braces, ``urn:uuid:``, capitals), else its first digits, with dashes only where the id's
-    text has them."""
+    text has them. ``kind``: what the id names, for the refusals."""
     try:
         return uuid.UUID(text).hex
     except ValueError:
@@ -111,9 +111,10 @@ def id_digits(text) -> str:
     digits = typed.replace("-", "")
     if not ID_TEXT.fullmatch(typed) or len(digits) > 32 or (
             "-" in typed and not str(uuid.UUID(hex=digits.ljust(32, "0"))).startswith(typed)):
-        raise CommandError(f"no execution {quoted(text)}: an execution id is hex digits, with or without its dashes")
+        raise CommandError(f"no {kind} {quoted(text)}: {'an' if kind[0] in 'aeiou' else 'a'} {kind} id is hex digits, "
+                           "with or without its dashes")
     if len(digits) < ID_PREFIX_MIN:
-        raise CommandError(f"no execution {quoted(text)}: give at least {ID_PREFIX_MIN} digits of its id")
+        raise CommandError(f"no {kind} {quoted(text)}: give at least {ID_PREFIX_MIN} digits of its id")
     return digits
 
 

@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 
 from workflows_app import schedules, values
 from workflows_app.api.schedule_serializers import ScheduleSerializer, action_result, schedule_detail
-from workflows_app.management.cli import ID_PREFIX_MIN, ID_PREFIX_SHOWN, ID_TEXT, REFUSALS, quoted, render
+from workflows_app.management.cli import ID_PREFIX_MIN, ID_PREFIX_SHOWN, REFUSALS, id_digits, quoted, render
 from workflows_app.management.commands.start_execution import parse_param
 from workflows_app.models import Schedule
 from workflows_app.registry import get_workflow
@@ -23,16 +23,7 @@ ID_HELP = f"the schedule's id, or its first {ID_PREFIX_MIN} or more digits when 
 def parse_schedule_id(text) -> uuid.UUID:
     """The id of the schedule a user named by its id or by the start of it (with or without
     dashes): a prefix must name one schedule alone."""
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        pass
-    digits = text.lower().replace("-", "")
-    if not ID_TEXT.fullmatch(text.lower()) or len(digits) > 32:
-        raise CommandError(f"no schedule {quoted(text)}: a schedule id is hex digits, with or without its dashes")
-    if len(digits) < ID_PREFIX_MIN:
-        raise CommandError(f"no schedule {quoted(text)}: give at least {ID_PREFIX_MIN} digits of its id")
-    matches, count = schedules.by_id_prefix(digits, ID_PREFIX_SHOWN)
+    matches, count = schedules.by_id_prefix(id_digits(text, "schedule"), ID_PREFIX_SHOWN)
     if count == 0:
         raise CommandError(f"no schedule {quoted(text)}")
     if count > 1:
