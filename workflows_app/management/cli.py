@@ -88,14 +88,20 @@ def parse_execution_id(text) -> uuid.UUID:
     """The id of the execution a user named by its id or by the start of it (``770b968c``, as
     the lists and the admin show ids; with or without dashes): a prefix must name one execution
     alone. One query (:func:`queries.executions_by_id_prefix`); whatever else is one line."""
-    digits = id_digits(text)
-    matches, count = queries.executions_by_id_prefix(digits, ID_PREFIX_SHOWN)
+    matches, count = queries.executions_by_id_prefix(id_digits(text), ID_PREFIX_SHOWN)
+    return the_one(text, "execution", matches, count, lambda row: f"{row['workflow_id']}, {row['status']}")
+
+
+def the_one(text, kind, matches, count, describe):
+    """The id of the one ``kind`` whose id starts with what the user typed (``text``): ``matches``
+    (the first rows, ``{"id", ...}``) of ``count`` in all; none or several is a one-line
+    CommandError naming them (``describe(row)``: what each is)."""
     if count == 0:
-        raise CommandError(f"no execution {quoted(text)}")
+        raise CommandError(f"no {kind} {quoted(text)}")
     if count > 1:
-        named = ", ".join(f"{row['id']} ({row['workflow_id']}, {row['status']})" for row in matches)
+        named = ", ".join(f"{row['id']} ({describe(row)})" for row in matches)
         more = f" and {count - len(matches)} more" if count > len(matches) else ""
-        raise CommandError(f"{quoted(text)} is the start of {count} execution ids: {named}{more}; give more of it")
+        raise CommandError(f"{quoted(text)} is the start of {count} {kind} ids: {named}{more}; give more of it")
     return matches[0]["id"]
 
 

@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 
 from workflows_app import schedules, values
 from workflows_app.api.schedule_serializers import ScheduleSerializer, action_result, schedule_detail
-from workflows_app.management.cli import ID_PREFIX_MIN, ID_PREFIX_SHOWN, REFUSALS, id_digits, quoted, render
+from workflows_app.management.cli import ID_PREFIX_MIN, ID_PREFIX_SHOWN, REFUSALS, id_digits, render, the_one
 from workflows_app.management.commands.start_execution import parse_param
 from workflows_app.models import Schedule
 from workflows_app.registry import get_workflow
@@ -24,13 +24,7 @@ def parse_schedule_id(text) -> uuid.UUID:
     """The id of the schedule a user named by its id or by the start of it (with or without
     dashes): a prefix must name one schedule alone."""
     matches, count = schedules.by_id_prefix(id_digits(text, "schedule"), ID_PREFIX_SHOWN)
-    if count == 0:
-        raise CommandError(f"no schedule {quoted(text)}")
-    if count > 1:
-        named = ", ".join(f"{row['id']} ({row['workflow_id']})" for row in matches)
-        more = f" and {count - len(matches)} more" if count > len(matches) else ""
-        raise CommandError(f"{quoted(text)} is the start of {count} schedule ids: {named}{more}; give more of it")
-    return matches[0]["id"]
+    return the_one(text, "schedule", matches, count, lambda row: row["workflow_id"])
 
 
 def call(service, *args, **kwargs):
