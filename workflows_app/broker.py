@@ -229,9 +229,11 @@ def send_operations(operations):
         if not operations:
             return
     app = current_app
-    workflows = _workflow_ids(operations)
+    labels = _execution_labels(operations)
+    redis = broker_is_redis()
     with app.producer_or_acquire() as producer:
         for operation in operations:
+            workflow_id, priority = labels.get(str(operation.execution_id), (None, 0))
             app.send_task(
                 RUNNER_TASK,
                 args=[str(operation.id), operation.attempt],
@@ -241,13 +243,19 @@ def send_operations(operations):
                 producer=producer,
                 ignore_result=True,
                 serializer=SERIALIZER,
-                **_options(app, operation_headers(workflows.get(str(operation.execution_id)), operation)),
+                priority=message_priority(priority, redis=redis),
+                **_options(app, operation_headers(workflow_id, operation)),
             )
 
 
-def _workflow_ids(operations) -> dict:
-    """The workflow id of each execution of ``operations`` (keys: execution ids as text): from
-    the execution an operation holds when that was loaded with its workflow id, the others' in
+#: What an operation's message says of its execution: its workflow (the message's name) and its
+#: priority.
+LABEL_FIELDS = ("workflow_id", "priority")
+
+
+def _execution_labels(operations) -> dict:
+    """The workflow id and priority of each execution of ``operations`` (keys: execution ids as
+    text): from the execution an operation holds when that was loaded with them, the others' in
     one query — never one per operation."""
     known, missing = {}, set()
     for operation in operations:
@@ -255,15 +263,32 @@ def _workflow_ids(operations) -> dict:
         if key in known:
             continue
         execution = operation.execution if Operation.execution.is_cached(operation) else None
-        if execution is not None and "workflow_id" not in execution.get_deferred_fields():
-            known[key] = execution.workflow_id
+        if execution is not None and not execution.get_deferred_fields() & set(LABEL_FIELDS):
+            known[key] = (execution.workflow_id, execution.priority)
         else:
             missing.add(key)
     missing -= known.keys()
     if missing:
-        known.update((str(pk), workflow_id) for pk, workflow_id in
-                     Execution.objects.filter(pk__in=missing).values_list("pk", "workflow_id"))
+        known.update((str(pk), (workflow_id, priority)) for pk, workflow_id, priority in
+                     Execution.objects.filter(pk__in=missing).values_list("pk", *LABEL_FIELDS))
     return known
+
+
+def message_priority(priority, *, redis) -> int:
+    """The broker priority of an operation's message for an execution of ``priority`` (-100 to
+    100; higher goes first), as a rank from 0 (first) to 9: above 0, ranks 2 to 0; 0, the
+    default, rank 3; below 0, ranks 6 to 9. So with kombu's default four ``priority_steps`` on
+    Redis (0, 3, 6, 9) every priority above the default goes ahead of it and every one below
+    after it; with ten steps, eight levels. On Redis the rank is the priority (kombu takes from
+    the lowest step first); on RabbitMQ, where a higher number goes first (in a queue declared
+    with ``x-max-priority``: Celery's ``task_queue_max_priority``), 9 less the rank."""
+    if priority > 0:
+        rank = 2 - (priority - 1) * 3 // 100
+    elif priority == 0:
+        rank = 3
+    else:
+        rank = 6 + (-priority - 1) * 4 // 100
+    return rank if redis else 9 - rank
 
 
 def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):

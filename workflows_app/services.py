@@ -28,8 +28,11 @@ from workflows_app.transitions import record_event
 
 
 def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None,
-          wait_after_fail=None, dry_run=False, created_by="", queue=False, force=False, user=None) -> Execution:
-    """Create an execution (``pending``) and, once committed, send it to a manager.
+          wait_after_fail=None, dry_run=False, created_by="", queue=False, force=False, run_after=None, priority=0,
+          user=None) -> Execution:
+    """Create an execution (``pending``) and, once committed, send it to a manager — at
+    ``run_after`` when that is later (a deferred start; the managers' tick sends it then).
+    ``priority`` (-100 to 100): its operations go ahead of lower ones waiting in their agents' queues.
 
     A ``deployment_id`` that has an active execution refuses a new one
     (``ExistingRunningExecution``) unless ``queue`` (it waits ``queued`` and starts when the
@@ -42,7 +45,7 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
         created_by = user.get_username()
     execution, created = starts.build(workflow_id, parameters, deployment_id=deployment_id, failure_mode=failure_mode,
                                       timeout=timeout, wait_after_fail=wait_after_fail, dry_run=dry_run,
-                                      created_by=created_by)
+                                      created_by=created_by, run_after=run_after, priority=priority)
     return starts.create(execution, created, queue=queue, force=force)
 
 

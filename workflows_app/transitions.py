@@ -251,8 +251,8 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
 
 
 #: What a completion reads of the execution it locks (the payload, which may be large, is not;
-#: the workflow id names the messages it sends, in Flower).
-LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode", "workflow_id")
+#: the workflow id names the messages it sends, in Flower, and the priority places them).
+LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode", "workflow_id", "priority")
 #: The columns an event statement of this module writes, in its order.
 EVENT_COLUMNS = ("execution", "operation", "type", "message", "data", "timestamp")
 

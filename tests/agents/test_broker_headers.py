@@ -78,6 +78,7 @@ class RecordingApp:
 
     def __init__(self):
         self.sent = []
+        self.conf = celery_app.conf  # the broker it would send to
         self.events = self  # app.events.Dispatcher(...): this app, recording what it publishes
         self.published = []
 
@@ -112,6 +113,18 @@ def test_operation_messages_keep_their_args_and_carry_the_names(app, make_execut
     assert message["task_id"] == f"{op.pk}.1"
     assert message["shadow"] == "install › vm (create_vm)"
     assert ast.literal_eval(message["kwargsrepr"])["execution"] == str(execution.pk)
+
+
+def test_each_operation_carries_its_executions_priority(app, make_execution, make_operation):
+    ops = [make_operation(OperationState.SENDING, make_execution(priority=priority), name=f"p{priority}", attempt=1)
+           for priority in (-100, 0, 100)]
+    broker.send_operations(Operation.objects.filter(pk__in=[op.pk for op in ops]))
+    sent = {m["shadow"].split(" › ")[1].split(" ")[0]: m["priority"] for m in app.sent}
+    redis = broker.broker_is_redis()
+    assert sent == {f"p{p}": broker.message_priority(p, redis=redis) for p in (-100, 0, 100)}
+    # First to be taken: the highest; on Redis the lowest number, on RabbitMQ the highest.
+    first = min(sent, key=sent.get) if redis else max(sent, key=sent.get)
+    assert first == "p100" and len(set(sent.values())) == 3
 
 
 def test_each_operation_is_named_after_its_own_executions_workflow(app, make_execution, make_operation):

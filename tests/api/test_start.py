@@ -9,7 +9,7 @@ from workflows_app.states import ExecutionStatus
 EXECUTION_FIELDS = {"id", "workflow_id", "deployment_id", "parameters", "status", "failure_mode", "timeout",
                     "wait_after_fail", "payload", "error", "is_dry_run", "created_by", "created_at", "started_at",
                     "ended_at", "parent", "parent_step", "rerun_of", "rerun_from", "schedule", "scheduled_for",
-                    "concurrency_key", "operations_summary", "warnings"}
+                    "concurrency_key", "run_after", "priority", "operations_summary", "warnings"}
 
 
 def start(client, **body):

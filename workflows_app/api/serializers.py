@@ -84,7 +84,8 @@ class ExecutionSerializer(APIModelSerializer):
         model = Execution
         fields = ("id", "workflow_id", "deployment_id", "parameters", "status", "failure_mode", "timeout",
                   "wait_after_fail", "payload", "error", "is_dry_run", "created_by", "created_at", "started_at",
-                  "ended_at", "parent", "parent_step", "rerun_of", "rerun_from", "schedule", "scheduled_for", "concurrency_key")
+                  "ended_at", "parent", "parent_step", "rerun_of", "rerun_from", "schedule", "scheduled_for", "concurrency_key",
+                  "run_after", "priority")
         extra_kwargs = {"parent": {"help_text": "the execution that started this one as a child, or null"},
                         "parent_step": {"help_text": "the step of the parent that follows this child; '' for none"},
                         "rerun_of": {"help_text": "the execution this one runs again from a step, or null"},
@@ -93,7 +94,10 @@ class ExecutionSerializer(APIModelSerializer):
                                                   "schedule is deleted)"},
                         "scheduled_for": {"help_text": "the slot of its schedule it runs for, or null"},
                         "concurrency_key": {"help_text": "the key of its workflow's concurrency limit it counts "
-                                                         "against, e.g. provision:customer=\"acme\"; '' for none"}}
+                                                         "against, e.g. provision:customer=\"acme\"; '' for none"},
+                        "run_after": {"help_text": "a deferred start: it stays pending until this time, or null"},
+                        "priority": {"help_text": "-100 to 100: its operations go ahead of lower ones waiting in "
+                                                  "their agents' queues; 0 by default"}}
         read_only_fields = fields
 
 

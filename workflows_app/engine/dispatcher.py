@@ -42,6 +42,8 @@ def run_pass(execution_id):
             return
         # A pending execution never ran: it has no steps to read.
         new = execution.status == ExecutionStatus.PENDING
+        if new and execution.deferred(clock.now()):
+            return  # an early advance (a manager's start sends one to every pending execution)
         if new:
             execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
         if execution.children_ended:

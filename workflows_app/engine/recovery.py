@@ -16,8 +16,8 @@ Which ``started`` operations still run is for the workers to say: a starting man
 import logging
 import time
 
-from workflows_app import broker
-from workflows_app.engine import progress
+from workflows_app import broker, clock
+from workflows_app.engine import progress, starts
 from workflows_app.models import Execution, Operation
 from workflows_app.states import EXECUTION_RUNNING, ExecutionStatus, OperationState
 
@@ -25,9 +25,10 @@ logger = logging.getLogger(__name__)
 
 
 def carry_on_executions() -> int:
-    """An ``advance`` for every execution that is pending, started or stopping."""
-    active = [ExecutionStatus.PENDING, *EXECUTION_RUNNING]
-    pks = list(Execution.objects.filter(status__in=active).values_list("pk", flat=True))
+    """An ``advance`` for every execution that is pending (but for a deferred start not due
+    yet: the tick sends it then), started or stopping."""
+    running = Execution.objects.filter(status__in=EXECUTION_RUNNING).values_list("pk", flat=True)
+    pks = list(starts.startable(clock.now()).values_list("pk", flat=True)) + list(running)
     for pk in pks:
         broker.send_advance(pk)
     return len(pks)

@@ -1,11 +1,14 @@
 """A new execution, built from its workflow's definition: what a start from outside
-(``services.start``) and a child's start (``engine.children``) share."""
+(``services.start``) and a child's start (``engine.children``) share; and the deferred starts
+(``run_after``), which the tick sends once they fall due."""
 
 from contextlib import nullcontext
+from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Min, Q
 
-from workflows_app import broker, values
+from workflows_app import broker, clock, values
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import concurrency
 from workflows_app.errors import ExistingRunningExecution, ParameterError, ValueRefused
@@ -17,11 +20,13 @@ from workflows_app.transitions import create_execution, execution_transition
 
 def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None, wait_after_fail=None,
           dry_run=False, created_by="", parent=None, parent_step="", rerun_of=None, rerun_from="", schedule=None,
-          scheduled_for=None) -> tuple[Execution, Event]:
+          scheduled_for=None, run_after=None, priority=0) -> tuple[Execution, Event]:
     """The unsaved execution (``pending``) and its first event (``transitions.create_execution``
     stores both); ``rerun_of`` and ``rerun_from``: the execution and the step it runs again from
     (``engine.reruns`` stores what it keeps); ``schedule`` and ``scheduled_for``: the schedule that
-    starts it and its slot (``engine.schedules``). Raises ``RegistrationError`` for an unknown workflow, ``ParameterError`` for
+    starts it and its slot (``engine.schedules``); ``run_after``: a deferred start (it stays
+    ``pending`` until then: :func:`send_due`); ``priority``: -100 to 100, its operations' place in
+    their agents' queues (``broker.message_priority``). Raises ``RegistrationError`` for an unknown workflow, ``ParameterError`` for
     parameters that do not fit it, an unknown failure mode or a value that cannot make its
     concurrency key (``engine.concurrency.key_of``), and ``ValueRefused`` (a ``ParameterError``)
     for parameters that may not be stored."""
@@ -50,6 +55,8 @@ def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
         schedule=schedule,
         scheduled_for=scheduled_for,
         concurrency_key=concurrency.key_of(definition, parameters, deployment_id),
+        run_after=run_after,
+        priority=check_priority(priority),
     )
     data = {"parameters": parameters}
     if parent is not None:
@@ -58,6 +65,8 @@ def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
         data.update(rerun_of=str(rerun_of.pk), rerun_from=rerun_from)
     if schedule is not None:
         data.update(schedule=str(schedule.pk), scheduled_for=scheduled_for.isoformat())
+    if run_after is not None:
+        data.update(run_after=run_after.isoformat())
     created = Event(type=EventType.LOG, message=f"created: {definition.name}", data=data)
     return execution, created
 
@@ -86,5 +95,54 @@ def create(execution, created, *, queue=False, force=False) -> Execution:
         create_execution(execution, created)
         if blocked is not None:
             return execution_transition(execution, ExecutionStatus.QUEUED, message=blocked.message())
-        broker.send_advance_on_commit(execution)
+        if not execution.deferred(clock.now()):
+            broker.send_advance_on_commit(execution)
     return execution
+
+
+def check_priority(priority) -> int:
+    """``priority`` if it is a whole number from -100 to 100, else ``ParameterError``."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
+        raise ParameterError(f"priority must be a whole number from -100 to 100, not {priority!r}")
+    return priority
+
+
+# --- deferred starts ---------------------------------------------------------------------------
+
+#: The end of the span of run_after times this process' tick has sent (None: none yet).
+_sent_upto = None
+
+
+def send_due(now):
+    """Send the deferred executions whose ``run_after`` fell due since this process' last look
+    (at first, within the last ``LOOK_BACK_SECONDS``) to a manager: the tick's part. One whose
+    message was lost, or that fell due while no manager ran, is the sweep's
+    (:func:`stale_unstarted`) and a manager's start's (``engine.recovery``)."""
+    global _sent_upto
+    since = _sent_upto if _sent_upto is not None and _sent_upto <= now else now - timedelta(seconds=LOOK_BACK_SECONDS)
+    _sent_upto = now
+    due = Execution.objects.filter(status=ExecutionStatus.PENDING, run_after__gt=since, run_after__lte=now)
+    for pk, workflow_id in due.order_by("run_after").values_list("pk", "workflow_id"):
+        broker.send_advance(pk, workflow_id)
+
+
+#: How far back a process' first look for due deferred starts reaches.
+LOOK_BACK_SECONDS = 30
+
+
+def next_deadline(after):
+    """The earliest ``run_after`` later than ``after`` of a pending execution, or None."""
+    return (Execution.objects.filter(status=ExecutionStatus.PENDING, run_after__gt=after)
+            .aggregate(at=Min("run_after"))["at"])
+
+
+def startable(now):
+    """The pending executions that may start by ``now``: all but those deferred past it."""
+    return Execution.objects.filter(status=ExecutionStatus.PENDING).exclude(run_after__gt=now)
+
+
+def stale_unstarted(stale):
+    """The pending executions that should have started by ``stale`` and have not: created by
+    then and not deferred, or deferred to it at the latest."""
+    return (Execution.objects.filter(status=ExecutionStatus.PENDING)
+            .filter(Q(run_after__isnull=True, created_at__lte=stale) | Q(run_after__lte=stale)))

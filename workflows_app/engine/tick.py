@@ -22,6 +22,7 @@ from workflows_app.engine import (
     recovery,
     reports,
     schedules,
+    starts,
     stopping,
     waits,
 )
@@ -70,11 +71,12 @@ def run(now=None):
 
 def run_deadlines(now):
     """What has fallen due by ``now``: retries whose back-off passed are sent, operations past
-    their timeout fail, executions whose stored deadline passed are woken, schedules' slots
-    that fell due start."""
+    their timeout fail, executions whose stored deadline passed are woken, deferred starts and
+    schedules' slots that fell due start."""
     progress.send_due_retries(now)
     fail_timed_out_operations(now)
     wake_due_executions(now)
+    starts.send_due(now)
     schedules.fire_due(now)
 
 
@@ -82,8 +84,8 @@ def next_deadline(after):
     """The earliest stored deadline later than ``after`` that :func:`run_deadlines` acts on, or
     ``None``: an open wait's (a sleep, an event wait's timeout, a workflow's retry), a retry's
     back-off, a started operation's or execution's timeout, a failure's wait for the running
-    steps, a cancel's CANCEL_TIMEOUT, a schedule's next slot. The test harness moves its clock there."""
-    found = [waits.next_deadline(after), schedules.next_deadline(after),
+    steps, a cancel's CANCEL_TIMEOUT, a schedule's next slot, a deferred start. The test harness moves its clock there."""
+    found = [waits.next_deadline(after), schedules.next_deadline(after), starts.next_deadline(after),
              Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__gt=after)
              .aggregate(at=Min("next_attempt_at"))["at"]]
     for started_at, timeout in Operation.objects.filter(state=OperationState.STARTED, timeout__isnull=False) \
@@ -155,8 +157,7 @@ def resend_stuck_messages(now):
     and a parent whose child's end did not wake it."""
     stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
     progress.publish(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
-    unstarted = list(Execution.objects.filter(status=ExecutionStatus.PENDING, created_at__lte=stale)
-                     .order_by().values_list("pk", flat=True))
+    unstarted = list(starts.stale_unstarted(stale).order_by().values_list("pk", flat=True))
     # One that only waits for an event or a timer is moved by the event's advance or the tick.
     after, upto = _next_batch()
     batch = Execution.objects.filter(status=ExecutionStatus.STARTED, started_at__lte=stale).order_by()

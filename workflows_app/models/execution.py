@@ -71,6 +71,12 @@ class Execution(models.Model):
     # Started with ``force`` beside its deployment's active execution: it never waits for that
     # deployment, even while it waits for its workflow's limit (engine.concurrency).
     forced = models.BooleanField(default=False, db_default=False, editable=False)
+    # A deferred start: it stays pending until then, when a manager's tick starts it (a stored
+    # time, not a broker countdown). None: at once.
+    run_after = models.DateTimeField(null=True, blank=True, editable=False)
+    # Its operations' messages go ahead of those of a lower priority waiting in the same agent
+    # queue (workflows_app.broker.message_priority): -100 to 100, Django's Tasks' scale.
+    priority = models.SmallIntegerField(default=0, db_default=0, editable=False)
 
     objects = ExecutionQuerySet.as_manager()
 
@@ -93,6 +99,9 @@ class Execution(models.Model):
             models.Index(fields=["started_at"], name="execution_started_timeout",
                          condition=models.Q(status=ExecutionStatus.STARTED, timeout__isnull=False)),
             models.Index(fields=["id"], name="execution_started", condition=models.Q(status=ExecutionStatus.STARTED)),
+            # The tick's deferred starts: the pending executions that wait for their run_after.
+            models.Index(fields=["run_after"], name="execution_deferred",
+                         condition=models.Q(status=ExecutionStatus.PENDING, run_after__isnull=False)),
         ]
         permissions = [("force_execution", "Can kill, force-cancel and force-resume executions")]
         constraints = [
@@ -100,6 +109,8 @@ class Execution(models.Model):
             models.CheckConstraint(condition=models.Q(failure_mode__in=FailureMode.values), name="execution_failure_mode_valid"),
             models.UniqueConstraint(fields=["schedule", "scheduled_for"], name="execution_schedule_slot_once",
                                     condition=models.Q(schedule__isnull=False)),
+            models.CheckConstraint(condition=models.Q(priority__gte=-100, priority__lte=100),
+                                   name="execution_priority_range"),
         ]
 
     def __str__(self):
@@ -108,6 +119,10 @@ class Execution(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in EXECUTION_TERMINAL
+
+    def deferred(self, now) -> bool:
+        """Whether its start is deferred past ``now`` (``run_after``)."""
+        return self.run_after is not None and self.run_after > now
 
     def token_matches(self, token: str) -> bool:
         return bool(self.token_hash) and secrets.compare_digest(self.token_hash, hash_token(token))
