@@ -65,6 +65,8 @@ class OperationContext:
         self.execution_id = uuid.UUID(answer["execution"])
         self.name = answer["step"]
         self.attempt = attempt
+        #: The agent that runs it (empty on a manager).
+        self.agent = local.name()
         self._secret = secret
 
     def is_cancelled(self) -> bool:
@@ -177,7 +179,9 @@ def _run(ctx, answer) -> dict:
 
 
 def _failed(exc, *, retryable) -> dict:
-    error = {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+    kind = type(exc)
+    error = {"type": kind.__name__, "class": f"{kind.__module__}.{kind.__qualname__}", "message": str(exc),
+             "traceback": traceback.format_exc()}
     return {"outcome": wire.Outcome.FAILED, "error": values.clean_error(error), "retryable": retryable}
 
 

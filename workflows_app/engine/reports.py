@@ -123,7 +123,9 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
             if delay is not None:  # a retry it may not make: another step's failure stopped it
                 error = _caused_by_another(execution, error)
         try:
-            operation_transition(operation, target, attempt=attempt, error=error, message=error.get("message", "")[:500], **fields)
+            # The event keeps each attempt's error, which the next attempt's replaces on the operation.
+            operation_transition(operation, target, attempt=attempt, error=error, message=error.get("message", "")[:500],
+                                 data={"error": error}, **fields)
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"error": error})
         if stop_process:
