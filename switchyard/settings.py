@@ -6,12 +6,14 @@ The defaults are safe ones: ``DEBUG`` off, a secret key of this installation's o
 and what is kept under ``var/`` readable by its owner only.
 """
 
+import importlib.util
 import json
 import os
 import warnings
 from pathlib import Path
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 from workflows_app import embedded_redis, local_files
@@ -202,6 +204,14 @@ SWITCHYARD_WORKFLOW_MODULES = [
 ]
 # Engine settings: defaults in workflows_app.conf.DEFAULTS; unknown keys are refused.
 WORKFLOWS = _env_json_object("SWITCHYARD_WORKFLOWS")
+
+# Django's Tasks framework, where it is installed (django.tasks on Django 6, the django-tasks
+# package on 5.2: the "tasks" extra): each enqueued task a durable execution. The framework's
+# default queue runs on the managers; any other queue name is an agent's.
+if django.VERSION >= (6, 0) or importlib.util.find_spec("django_tasks") is not None:
+    TASKS = {"default": {"BACKEND": "workflows_app.django_tasks.SwitchyardBackend", "QUEUES": []}}
+    if django.VERSION < (6, 0):
+        INSTALLED_APPS.append("django_tasks")
 
 # --- REST framework --------------------------------------------------------------------
 # No REST_FRAMEWORK nor SPECTACULAR_SETTINGS: Switchyard's API carries its own configuration

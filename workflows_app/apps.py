@@ -9,7 +9,7 @@ class WorkflowsConfig(AppConfig):
     def ready(self):
         # Imported here, not at the top: models and their app registry must be ready first.
         from workflows_app import checks  # noqa: F401  (registers the system checks)
-        from workflows_app import broker, db, embedded_redis, transitions
+        from workflows_app import broker, db, embedded_redis, task_runs, tasks_framework, transitions
         from workflows_app.engine import reactions
         from workflows_app.registry import load_workflow_modules
 
@@ -23,3 +23,6 @@ class WorkflowsConfig(AppConfig):
         # A module that cannot be imported is reported by the system check workflows.E005, not
         # raised here, where it would stop every command (check and migrate too) with a traceback.
         load_workflow_modules()
+        # TASKS names Switchyard's backend: the workflow and the operation that run its tasks.
+        if task_runs.configured() and tasks_framework.AVAILABLE:
+            task_runs.register()

@@ -11,13 +11,17 @@ workflow modules, its database and its environment.
 * ``workflows.E006``, ``workflows.W007``: a Switchyard environment variable is set that this
   project's settings do not read (:mod:`workflows_app.environment`); an error when what
   Switchyard does would change, a warning when the variable only tunes or logs.
+* ``workflows.E008``: the ``OPTIONS`` of a ``TASKS`` backend of Switchyard's that cannot work
+  (the backend's own check, run by Django's Tasks framework: :mod:`workflows_app.django_tasks`).
+* ``workflows.E009``: ``TASKS`` names Switchyard's backend where Django's Tasks framework is
+  missing, or (Django 5.2) where its app is not installed, so its checks would not run.
 """
 
 from django.conf import settings
 from django.core.checks import Error, register
 from django.core.checks import Warning as CheckWarning
 
-from workflows_app import broker, conf, db, environment, registry
+from workflows_app import broker, conf, db, environment, registry, task_runs
 
 _HINT = "See workflows_app.conf.DEFAULTS for the keys and their meaning."
 
@@ -54,3 +58,8 @@ def check_environment(app_configs=None, **kwargs):
     return [(Error if variable.error else CheckWarning)(environment.message(variable, value),
                                                    id="workflows.E006" if variable.error else "workflows.W007")
             for variable, value in environment.ignored()]
+
+
+@register()
+def check_tasks_framework(app_configs=None, **kwargs):
+    return [Error(problem, id="workflows.E009") for problem in task_runs.setup_problems()]

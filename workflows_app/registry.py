@@ -87,6 +87,9 @@ class WorkflowDef:
     #: workflow itself.
     concurrency_key: str | None = None
     listeners: dict = field(default_factory=dict)
+    #: A further check of the parameters once their types fit (raises ``ParameterError``): a
+    #: built-in workflow's (``workflows_app.task_runs``).
+    validate: object = None
     schema: dict = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -125,6 +128,8 @@ class WorkflowDef:
         problems = typed.problems(self.schema, parameters)
         if problems:
             raise ParameterError(f"workflow {self.name!r}: " + "; ".join(problems))
+        if self.validate is not None:
+            self.validate(parameters)
 
     def _listener(status):
         def register(self, fn):

@@ -85,7 +85,7 @@ def test_requirements_are_exact_pins():
 
 def test_pyproject_gives_ranges_with_a_floor_and_a_ceiling():
     groups = project_requirements()
-    assert {"dependencies", "embedded", "postgres", "flower", "dev"} <= set(groups)
+    assert {"dependencies", "embedded", "postgres", "flower", "tasks", "dev"} <= set(groups)
     for group, requirements in groups.items():
         assert requirements, group
         for requirement in requirements:
@@ -125,7 +125,7 @@ def test_requirements_pin_nothing_else_but_the_repository_s_own():
 #: 3.13); besides, the demo project's packages as base.txt pins them and the lanes' test tools as
 #: dev.txt does.
 LANES = ("floors.txt", "newest.txt")
-LANE_GROUPS = ("dependencies", "embedded", "postgres", "flower")
+LANE_GROUPS = ("dependencies", "embedded", "postgres", "flower", "tasks")
 
 
 def lane_requirements():

@@ -196,6 +196,14 @@ class Harness:
         self._run_queued()
         return Result(execution.pk)
 
+    def enqueue(self, task, *args, **kwargs) -> Result:
+        """Enqueue ``task`` — a task of Django's Tasks framework whose backend is Switchyard's —
+        with ``args`` and ``kwargs`` and run its execution until it waits (a retry's back-off, a
+        ``run_after``) or ends. ``task.get_result(result.id)`` reads its ``TaskResult``."""
+        enqueued = self._step(lambda: task.enqueue(*args, **kwargs))
+        self._run_queued()
+        return Result(enqueued.id)
+
     def run(self, workflow, parameters=None, **options) -> Result:
         """Start ``workflow`` and run it to its end, moving the clock past every deadline at once.
         ``HarnessError`` if it cannot end without the test (it waits for an event with no timeout)."""
