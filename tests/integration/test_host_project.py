@@ -474,6 +474,23 @@ def test_shop_runs_switchyard_from_its_wheel(shop_install, tmp_path):
             assert len(charges("B-2")) == 1, f"the card was charged again on resume: {charges('B-2')}"
             lap("an order fails and is resumed")
 
+            # --- the shop's own task, enqueued by its view through Django's Tasks API --------------
+            status, enqueued = api.call("POST", "/orders/A-1/receipt", {"email": "ann@shop.example"}, auth=False)
+            assert status == 202 and enqueued["status"] == "READY", (status, enqueued)
+
+            def receipt_sent():
+                status, answer = api.call("GET", f"/receipts/{enqueued['id']}", auth=False)
+                return answer if status == 200 and answer["status"] == "SUCCESSFUL" else None
+
+            sent = stack.wait_for(receipt_sent, 60, "the receipt task", lambda: describe(enqueued["id"]))
+            assert sent["return_value"] == {"order_id": "A-1", "receipt": "R-A-1"} and sent["attempts"] == 1, sent
+            receipts = (data_dir / "receipts.jsonl").read_text().splitlines()
+            assert [json.loads(line)["order_id"] for line in receipts] == ["A-1"], receipts
+            as_execution = api.ok("GET", f"{prefix}/executions/{enqueued['id']}")
+            assert (as_execution["workflow_id"], as_execution["status"]) == ("django_task", "completed"), as_execution
+            assert api.call("GET", "/receipts/00000000-0000-0000-0000-000000000000", auth=False)[0] == 404
+            lap("a task of the shop's, enqueued by its view")
+
             # --- the shop's settings are its own; Switchyard's endpoints keep theirs -----------------
             # Every disagreement is collected, so that one run names all of them.
             problems = []
@@ -501,8 +518,10 @@ def test_shop_runs_switchyard_from_its_wheel(shop_install, tmp_path):
             status, listed = api.call("GET", f"{prefix}/workflows")
             rows = listed.get("results") if isinstance(listed, dict) else listed
             names = {w.get("name") for w in rows if isinstance(w, dict)} if isinstance(rows, list) else set()
-            if names != {"fulfil_order", "stocktake"}:
-                problems.append(f"registered workflows: {sorted(names)}, not only the shop's (SWITCHYARD_WORKFLOW_MODULES)")
+            # The shop's, and the one its TASKS brings: each enqueued task is an execution of it.
+            if names != {"fulfil_order", "stocktake", "django_task"}:
+                problems.append(f"registered workflows: {sorted(names)}, not only the shop's (SWITCHYARD_WORKFLOW_MODULES "
+                                "and TASKS)")
 
             # --- the shop's other surfaces: a command and the admin -----------------------------
             third = json.loads(stack.command("start_execution", "fulfil_order", "--param", "order_id=C-3", "--param",
@@ -510,7 +529,7 @@ def test_shop_runs_switchyard_from_its_wheel(shop_install, tmp_path):
                                              "--timeout", "60", "--json"))
             assert (third["status"], third["payload"].get("charged")) == ("completed", 90), third
             listed = json.loads(stack.command("list_executions", "--status", "completed", "--json"))
-            assert {e["id"] for e in listed} == {first, second, third["id"]}, listed
+            assert {e["id"] for e in listed} == {first, second, third["id"], enqueued["id"]}, listed
             opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
             login = opener.open(f"{api.base}/admin/login/", timeout=HTTP_TIMEOUT).read().decode()
             csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login).group(1)
@@ -590,8 +609,8 @@ def run_together(stack: ShopStack, commands: dict, timeout=240) -> dict:
 
 
 def test_the_shop_tests_its_workflows_with_the_switchyard_fixture(shop_install, tmp_path):
-    """The shop's own tests (``shop/tests``), run with ``python -m pytest`` in the shop as its
-    developers would, after ``pip install django-switchyard[testing]``: the plugin comes from the
+    """The shop's own tests (``shop/tests``: its workflows' and its task's), run with ``python -m
+    pytest`` in the shop as its developers would, after ``pip install django-switchyard[testing]``: the plugin comes from the
     installed wheel's entry point, nothing else is configured for it, and no manager, agent or
     broker runs — every test passes."""
     project = tmp_path / "shop"
@@ -606,7 +625,8 @@ def test_the_shop_tests_its_workflows_with_the_switchyard_fixture(shop_install, 
                         log=tmp_path / "fixtures.log", env=env, cwd=project).stdout
     assert "switchyard" in fixtures and "workflows_app/testing" in fixtures, fixtures
     passed = re.findall(r"^PASSED (\S+)", done.stdout, re.M)
-    assert len(passed) == 4 and all(name.startswith("shop/tests/test_workflows.py::test_") for name in passed), done.stdout
+    files = {name.split("::")[0] for name in passed}
+    assert len(passed) == 6 and files == {"shop/tests/test_workflows.py", "shop/tests/test_tasks.py"}, done.stdout
 
 
 def test_a_stock_sqlite_shop_takes_several_writers(shop_install, tmp_path):

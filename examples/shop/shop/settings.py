@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "workflows_app",
     "agents",
+    # Django's Tasks framework on Django 5.2 (Django 6 has it built in).
+    "django_tasks",
 ]
 
 MIDDLEWARE = [
@@ -160,6 +162,17 @@ try:
     WORKFLOWS.update(json.loads(os.environ.get("SWITCHYARD_WORKFLOWS") or "{}"))
 except (ValueError, TypeError) as exc:
     raise ImproperlyConfigured(f"SWITCHYARD_WORKFLOWS must be a JSON object: {exc}") from None
+
+# Switchyard: the backend of Django's Tasks framework. Each task enqueued (shop/tasks.py) is a
+# durable execution; the framework's "default" queue runs on the managers, another queue name is
+# an agent's. OPTIONS: the retries and the timeout of every attempt.
+TASKS = {
+    "default": {
+        "BACKEND": "workflows_app.django_tasks.SwitchyardBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"max_retries": 3, "retry_interval": 2, "timeout": 60},
+    },
+}
 
 LOGGING = {
     "version": 1,

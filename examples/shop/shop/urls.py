@@ -9,5 +9,7 @@ from shop import views
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health", views.health),
+    path("orders/<str:order_id>/receipt", views.receipt),
+    path("receipts/<uuid:result_id>", views.receipt_status),
     path("ops/api/", include("workflows_app.api.urls")),
 ]
