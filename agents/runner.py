@@ -65,7 +65,7 @@ class OperationContext:
         self.execution_id = uuid.UUID(answer["execution"])
         self.name = answer["step"]
         self.attempt = attempt
-        #: The agent that runs it (empty on a manager).
+        #: The agent that runs it: the name of the queue it came from (on a manager, the management queue's).
         self.agent = local.name()
         self._secret = secret
 

@@ -137,7 +137,7 @@ def resolve(path):
 
 # --- what the managers and the agents run ----------------------------------------------------------
 
-def run_task(ctx, task: str, args: list = (), kwargs: dict[str, Any] = None, queue_name: str = "default",
+def run_task(ctx, task: str, args: list = (), kwargs: dict[str, Any] | None = None, queue_name: str = "default",
              backend: str = "default"):
     """The workflow of an enqueued task: one step, the task, on its queue's agent, with the
     backend's options; its result is the task's return value."""

@@ -109,6 +109,8 @@ def check_priority(priority) -> int:
 
 # --- deferred starts ---------------------------------------------------------------------------
 
+#: How far back a process' first look for due deferred starts reaches.
+LOOK_BACK_SECONDS = 30
 #: The end of the span of run_after times this process' tick has sent (None: none yet).
 _sent_upto = None
 
@@ -124,10 +126,6 @@ def send_due(now):
     due = Execution.objects.filter(status=ExecutionStatus.PENDING, run_after__gt=since, run_after__lte=now)
     for pk, workflow_id in due.order_by("run_after").values_list("pk", "workflow_id"):
         broker.send_advance(pk, workflow_id)
-
-
-#: How far back a process' first look for due deferred starts reaches.
-LOOK_BACK_SECONDS = 30
 
 
 def next_deadline(after):
