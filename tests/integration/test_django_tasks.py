@@ -114,10 +114,13 @@ def test_tasks_enqueued_in_views_run_on_their_agent_retry_and_read_back_from_ano
 def test_a_deferred_task_starts_at_its_time_though_its_manager_restarted(stack):
     manager = stack.start_manager(concurrency=2)
     stack.wait_for(lambda: "ready" in manager.log_text(), 60, "the manager to be ready")
-    due = clock.now() + timedelta(seconds=8)
+    # Far enough ahead for the restart (SIGTERM's graceful shutdown, a new start) to end before it.
+    due = clock.now() + timedelta(seconds=15)
     result = tasks.records.using(run_after=due).enqueue("deferred")
     assert result.status == Status.READY
     manager = stack.restart(manager)
+    stack.wait_for(lambda: "ready" in manager.log_text(), 60, "the restarted manager to be ready")
+    assert clock.now() < due, "the restart took past the task's time: nothing was deferred across it"
     result = wait_for_status(stack, result, {Status.SUCCESSFUL}, timeout=90)
     assert due <= result.started_at < due + timedelta(seconds=1.5), (due, result.started_at)
     assert len(read_markers(stack.markers_dir, "deferred")) == 1
@@ -132,16 +135,16 @@ def test_running_tasks_are_cancelled_and_killed_through_the_api(stack):
     api = APIClient()
     api.force_authenticate(get_user_model().objects.create_superuser("ops", "ops@example.com", "pw"))
 
-    polite = tasks.sleeps.using(queue_name=host).enqueue("polite", 3)
+    polite = tasks.sleeps.using(queue_name=host).enqueue("polite", 8)
     deaf = tasks.stubborn.using(queue_name=host).enqueue("deaf", 120)
+    # Cancelled while it runs (it sleeps 8 s): the cancel waits for it to end, as it cannot watch.
     wait_for_status(stack, polite, {Status.RUNNING})
-    wait_for_status(stack, deaf, {Status.RUNNING})
-
     assert api.post(f"/api/v1/executions/{polite.id}", {"action": "cancel"}, format="json").status_code == 200
     polite = wait_for_status(stack, polite, {Status.FAILED, Status.SUCCESSFUL})
     assert polite.status == Status.FAILED and Execution.objects.get(pk=polite.id).status == "cancelled"
     assert polite.errors[-1].exception_class_path == "workflows_app.errors.OperationCancelled"
 
+    wait_for_status(stack, deaf, {Status.RUNNING})
     [started] = read_markers(stack.markers_dir, "deaf")
     assert api.post(f"/api/v1/executions/{deaf.id}", {"action": "kill"}, format="json").status_code == 200
     deaf = wait_for_status(stack, deaf, {Status.FAILED, Status.SUCCESSFUL}, timeout=30)
