@@ -19,6 +19,12 @@ and agent worker processes (the plain Celery tasks go to the agent's queue).
    event in its statement, as Switchyard does for an operation (``sending`` and ``sent`` with the
    rows, ``started`` with the claim, ``succeeded`` with the result), in a table of events
    indexed as Switchyard's is.
+7. the broker floor (PostgreSQL): what an operation costs on the path agents take, with no
+   engine. The rows are inserted as in 5; each task claims its attempt through the broker with
+   the agent's own line (``agents.worker.link.Link``) and waits for the answer, then reports its
+   outcome before it returns; a responder in this process (a manager's ``Inbox``, on a queue of
+   its own) stores each batch of claims and outcomes in one transaction, one statement each, and
+   answers the claims once it committed. The same for the chain: a ``chain`` of M such tasks.
 
 Given the manager's and the agent's processes, each round also takes the CPU every part of the
 machine spends (``bench/cpu.py``) on the fan-out and the ``group``, per operation, and on the
@@ -35,10 +41,13 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import connection, transaction
 
+from agents.worker.inbox import Inbox
 from bench import cpu
-from bench.workflows import CELERY_DURABLE_NOOP, CELERY_NOOP, CELERY_RECORDED_NOOP, FLOOR_EVENTS_TABLE, FLOOR_TABLE
+from bench.workflows import (CELERY_CLAIMED_NOOP, CELERY_DURABLE_NOOP, CELERY_NOOP, CELERY_RECORDED_NOOP,
+                             FLOOR_EVENTS_TABLE, FLOOR_TABLE, broker_floor_queue)
+from workflows_app import wire
 
 POLL = 0.005
 TIMEOUT = 300.0
@@ -48,18 +57,23 @@ DEFAULT_SIZES = {"fanout": 1000, "chain": 100, "starts": 200}
 
 @dataclass(frozen=True)
 class Floor:
-    """One of the fan-out's durable floors (PostgreSQL): its rows' key, name and detail, the name
-    its note gives it, and whether its tasks also store the state events."""
+    """One of the fan-out's floors (PostgreSQL): its rows' key, name and detail, the name its note
+    gives it, its task, and whether that task also stores the state events."""
     key: str
     name: str
     detail: str
     short: str
-    history: bool
+    task: str
+    history: bool = False
 
 
-FLOORS = (Floor("floor", "durable floor", "a group whose tasks make the two commits", "floor", False),
+FLOORS = (Floor("floor", "durable floor", "a group whose tasks make the two commits", "floor", CELERY_DURABLE_NOOP),
           Floor("history", "durable floor with its history", "each commit also stores its state event",
-                "floor with history", True))
+                "floor with history", CELERY_RECORDED_NOOP, history=True),
+          Floor("broker", "broker floor", "a group whose tasks claim and report through the broker as agents do, "
+                "stored in batches", "broker floor", CELERY_CLAIMED_NOOP))
+#: The floor the chain is also measured against.
+CHAIN_FLOOR = FLOORS[2]
 
 
 @dataclass
@@ -129,22 +143,39 @@ def _floor_drop():
         cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_EVENTS_TABLE}, {FLOOR_TABLE}")
 
 
-def _floor_group(app, agent, count, history):
-    """Empty the tables (untimed) and build the group of ``count`` durable no-ops (storing their
-    events when ``history``), rows 1 to ``count``, attempt 1: built before the clock starts, as
+def _floor_tasks(app, agent, count, fl, canvas):
+    """Empty the tables (untimed) and build the ``canvas`` (``group`` or ``chain``) of ``count``
+    tasks of the floor ``fl``, rows 1 to ``count``, attempt 1: built before the clock starts, as
     the plain ``group`` is."""
-    from celery import group
-
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {FLOOR_EVENTS_TABLE}, {FLOOR_TABLE}")
-    task = CELERY_RECORDED_NOOP if history else CELERY_DURABLE_NOOP
-    return group([app.signature(task, args=(i, 1), queue=agent, immutable=True) for i in range(1, count + 1)])
+    return canvas([app.signature(fl.task, args=(i, 1), queue=agent, immutable=True) for i in range(1, count + 1)])
+
+
+def _broker_floor_take(bodies):
+    """The broker floor's responder: a batch of claims and outcomes stored in one transaction, one
+    statement each (a claim moves its row from ``sent`` to ``started``: fencing, an attempt that is
+    not waiting is not answered); the answers to the claims that started, sent once it committed."""
+    claims = {(int(body["operation"]), body["attempt"]): body for body in bodies if body.get("kind") == wire.Kind.CLAIM}
+    outcomes = [(int(body["operation"]), body["attempt"]) for body in bodies if body.get("kind") == wire.Kind.OUTCOME]
+    started = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        for keys, statement in ((claims, "SET state = 'started' WHERE (id, attempt) IN (SELECT * FROM unnest(%s::bigint[], "
+                                          "%s::int[])) AND state = 'sent' RETURNING id, attempt"),
+                                (outcomes, "SET state = 'succeeded', result = 'null'::jsonb WHERE (id, attempt) IN "
+                                           "(SELECT * FROM unnest(%s::bigint[], %s::int[])) AND state = 'started' "
+                                           "RETURNING id, attempt")):
+            if keys:
+                cursor.execute(f"UPDATE {FLOOR_TABLE} {statement}", [[k[0] for k in keys], [k[1] for k in keys]])
+                if keys is claims:
+                    started = cursor.fetchall()
+    return [(claims[key]["reply_to"], {"id": claims[key]["id"], "verdict": wire.Verdict.RUN}) for key in map(tuple, started)]
 
 
 def _floor(signature, count, history):
-    """The durable floor: the rows stored, ``sent`` (with their ``sending`` and ``sent`` events when
+    """A floor: the rows stored, ``sent`` (with their ``sending`` and ``sent`` events when
     ``history``), in one committed statement before the group is sent, then the group until every
-    result is in; seconds. Every row must have ended ``succeeded`` (with its four events): a
+    result is in and every row ``succeeded``; seconds. Every row must have ended ``succeeded`` (with its four events): a
     claim refused would make the floor look cheaper than it is."""
     insert = f"INSERT INTO {FLOOR_TABLE} (id, attempt, state) SELECT i, 1, 'sent' FROM generate_series(1, %s) AS i"
     if history:
@@ -157,10 +188,18 @@ def _floor(signature, count, history):
     with connection.cursor() as cursor:  # autocommit: the statement commits
         cursor.execute(insert, [count])
     elapsed = _celery(signature, asked)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT (SELECT count(*) FROM {FLOOR_TABLE} WHERE state = 'succeeded'), "
-                       f"(SELECT count(*) FROM {FLOOR_EVENTS_TABLE})")
-        succeeded, events = cursor.fetchone()
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT (SELECT count(*) FROM {FLOOR_TABLE} WHERE state = 'succeeded'), "
+                           f"(SELECT count(*) FROM {FLOOR_EVENTS_TABLE})")
+            succeeded, events = cursor.fetchone()
+        # The broker floor's last outcomes are stored by its responder after their tasks returned:
+        # it ends once they are (the durable floors' tasks stored theirs before they returned).
+        if succeeded == count or time.monotonic() > deadline:
+            break
+        time.sleep(POLL)
+        elapsed = time.monotonic() - asked
     if succeeded != count or events != (4 * count if history else 0):
         raise RuntimeError(f"durable floor: {succeeded} of {count} rows succeeded, {events} events")
     return elapsed
@@ -204,12 +243,16 @@ def run(stack, agent, rounds, sizes=None, processes=None):
     from switchyard.celery import app
 
     floor = bool(app.conf.result_backend) and connection.vendor == "postgresql"
+    responder = Inbox(take=_broker_floor_take, queue=broker_floor_queue)
     if floor:
         _floor_create()
+        responder.start()
     try:
         return _run(app, agent, rounds, sizes, processes, floor)
     finally:
         if floor:
+            responder.stopped.set()
+            responder.join(timeout=5)
             _floor_drop()
 
 
@@ -234,6 +277,9 @@ def _run(app, agent, rounds, sizes, processes, floor):
     floors = FLOORS if floor else ()
     for fl in floors:  # its Switchyard column is the fan-out's own list of times: its ratio is fan-out / floor
         rows[fl.key] = Row(f"fan-out: {n} no-ops, {fl.name} ({fl.detail})", rows["fanout"].switchyard, [])
+    if floors:  # the same for the chain
+        rows["chain floor"] = Row(f"chain: {m} sequential no-ops, {CHAIN_FLOOR.name} (a chain whose tasks claim and "
+                                  "report through the broker as agents do)", rows["chain"].switchyard, [])
     meters = {}
     if processes:
         for key, case in (("fanout cpu", f"fan-out: CPU per operation, every process on the machine ({n} no-ops)"),
@@ -259,7 +305,9 @@ def _run(app, agent, rounds, sizes, processes, floor):
     if has_backend:
         _celery(group(noops(2)))
         for fl in floors:
-            _floor(_floor_group(app, agent, 2, fl.history), 2, fl.history)
+            _floor(_floor_tasks(app, agent, 2, fl, group), 2, fl.history)
+        if floors:
+            _floor(_floor_tasks(app, agent, 2, CHAIN_FLOOR, chain), 2, False)
         _celery(chord(noops(2), noop.clone()))
         for result in _sends(app, 5, agent)[1]:
             result.get(timeout=TIMEOUT, interval=POLL)
@@ -274,12 +322,14 @@ def _run(app, agent, rounds, sizes, processes, floor):
             with metered("fanout cpu", "celery", n):
                 rows["fanout"].celery.append(_celery(group(noops(n))))
             for fl in floors:  # beside the group, so the two are taken under the same conditions
-                signature = _floor_group(app, agent, n, fl.history)
+                signature = _floor_tasks(app, agent, n, fl, group)
                 with metered(f"{fl.key} cpu", "celery", n):
                     rows[fl.key].celery.append(_floor(signature, n, fl.history))
             rows["fanin"].celery.append(_celery(chord(noops(n), noop.clone())))
             rows["chain"].celery.append(_celery(chain(noops(m))))
-        for key in ("fanout", "floor", "history", "fanin", "chain"):
+            if floors:
+                rows["chain floor"].celery.append(_floor(_floor_tasks(app, agent, m, CHAIN_FLOOR, chain), m, False))
+        for key in ("fanout", *(fl.key for fl in floors), "fanin", "chain", "chain floor"):
             if key in rows:
                 _progress(round_, rows[key])
 
@@ -316,13 +366,21 @@ def _run(app, agent, rounds, sizes, processes, floor):
     out += [rows["fanin"], rows["chain"]]
     per_step = Row(f"chain: per step (total / {m}), ms", [v / m * 1000 for v in rows["chain"].switchyard],
                    [v / m * 1000 for v in rows["chain"].celery], unit="ms")
-    out += [per_step, rows["starts"]]
+    out.append(per_step)
+    if "chain floor" in rows:
+        chain_, link_, floor_ = (statistics.median(values) for values in (
+            rows["chain"].switchyard, rows["chain"].celery, rows["chain floor"].celery))
+        rows["chain floor"].note = (f"Switchyard: the chain's. Per step: chain / chain link {chain_ / link_:.2f}, "
+                                    f"{CHAIN_FLOOR.short} / chain link {floor_ / link_:.2f}, chain / "
+                                    f"{CHAIN_FLOOR.short} {chain_ / floor_:.2f}")
+        out.append(rows["chain floor"])
+    out.append(rows["starts"])
     if meters:
         rows["fanout cpu"].wall = {"switchyard": [v / n * 1000 for v in rows["fanout"].switchyard],
                                    "celery": [v / n * 1000 for v in rows["fanout"].celery]}
         for fl in floors:
             rows[f"{fl.key} cpu"].wall = {"celery": [v / n * 1000 for v in rows[fl.key].celery]}
-        for key in ("fanout cpu", "floor cpu", "history cpu", "starts cpu"):
+        for key in ("fanout cpu", *(f"{fl.key} cpu" for fl in floors), "starts cpu"):
             if key not in meters:
                 continue
             row = rows[key]

@@ -9,9 +9,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import kombu
 from celery import shared_task
 
-from workflows_app import db
+from agents.worker import link
+from workflows_app import db, wire
 from workflows_app.broker import TASK_OPTIONS
 from workflows_app.sdk import operation, workflow
 
@@ -173,6 +175,51 @@ def celery_recorded_noop(row_id, attempt):
     event, in its transaction): each of the two commits also inserts its state event, in the
     same statement."""
     return _durable(_CLAIM_RECORDED, _RESULT_RECORDED, row_id, attempt)
+
+
+CELERY_CLAIMED_NOOP = "bench.celery_claimed_noop"
+#: The queue of the broker floor's reports: the benchmark's own responder (``bench/throughput.py``)
+#: takes them, never a manager.
+BROKER_FLOOR_QUEUE = "bench.broker-floor.reports"
+#: How long a broker floor's claim waits for its answer before the round fails.
+BROKER_FLOOR_CLAIM_SECONDS = 60.0
+
+
+def broker_floor_queue():
+    return kombu.Queue(BROKER_FLOOR_QUEUE, durable=True)  # on the default exchange, on both brokers
+
+
+def broker_floor_route() -> dict:
+    """Where a broker floor's reports are published: straight into its queue (``Link``'s route)."""
+    return {"exchange": "", "routing_key": BROKER_FLOOR_QUEUE, "declare": [broker_floor_queue()]}
+
+
+_broker_floor_links = {}
+
+
+def _broker_floor_link():
+    """This process' line to the responder (a pool process makes its own after the fork)."""
+    pid = os.getpid()
+    if pid not in _broker_floor_links:
+        _broker_floor_links[pid] = link.Link(route=broker_floor_route)
+    return _broker_floor_links[pid]
+
+
+@shared_task(name=CELERY_CLAIMED_NOOP, **{**TASK_OPTIONS, "ignore_result": False})
+def celery_claimed_noop(row_id, attempt):
+    """The broker floor: a no-op that does what an agent does for an operation, through the
+    agent's own line to the managers (``agents.worker.link.Link``), with no engine behind it. It
+    claims its attempt and waits for the answer (no answer, no run), runs, and reports its outcome
+    before it returns (so before its late acknowledgement). The responder stores each batch of
+    claims and outcomes in one transaction with one statement each, and answers the claims once
+    it committed, as a manager's inbox does."""
+    line = _broker_floor_link()
+    answer = line.claim(row_id, attempt, "", BROKER_FLOOR_CLAIM_SECONDS)
+    if answer is None or answer.get("verdict") != wire.Verdict.RUN:
+        raise RuntimeError(f"broker floor: the claim of row {row_id} was answered {answer!r}")
+    line.report(wire.Kind.OUTCOME, operation=str(row_id), attempt=attempt, secret="",
+                outcome=wire.Outcome.SUCCEEDED, result=None)
+    return None
 
 
 # --- suspended scale (bench/suspended.py) ------------------------------------------------

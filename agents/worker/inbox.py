@@ -53,12 +53,15 @@ class Inbox(threading.Thread):
     until the queue has nothing more for it (a graceful shutdown: what its own pool processes
     handed back is stored before the manager exits)."""
 
-    def __init__(self, take=None):
+    def __init__(self, take=None, queue=None):
         super().__init__(name="inbox", daemon=True)
         #: How a batch of report bodies is stored, returning the claims' answers: by default the
         #: intake's, on a connection of this thread, never while the manager forks (the test
         #: harness stores them in the test's own transaction instead).
         self.take = take or self._take
+        #: The queue it takes them from (a callable returning a ``kombu.Queue``): by default the
+        #: managers' reports queue.
+        self.queue = queue or broker.reports_queue
         self.stopped = threading.Event()
         self.idle_stops = threading.Event()
         self.pending = []
@@ -91,7 +94,7 @@ class Inbox(threading.Thread):
                 self.stopped.wait(1.0)
 
     def _serve(self):
-        queue = broker.reports_queue()
+        queue = self.queue()
         with broker.reports_connection() as connection:
             connection.ensure_connection(max_retries=None)
             producer = kombu.Producer(connection, serializer="json")

@@ -39,9 +39,11 @@ class Unreachable(Exception):
 
 
 class Link:
-    """One process' connection to the managers."""
+    """One process' connection to the managers. ``route``: where its reports are published (a
+    callable returning ``Producer.publish`` options; by default the managers' reports queue)."""
 
-    def __init__(self):
+    def __init__(self, route=None):
+        self.route = route or broker.reports_route
         self.lock = threading.RLock()
         self.connection = None
         self.producer = None
@@ -77,7 +79,7 @@ class Link:
                 publish = connection.ensure(self.producer, self.producer.publish, max_retries=PUBLISH_RETRIES,
                                             interval_start=0.1, interval_step=0.5, interval_max=PUBLISH_RETRY_MAX_SECONDS,
                                             on_revive=self._revived)
-                publish(body, delivery_mode=2, **broker.reports_route())
+                publish(body, delivery_mode=2, **self.route())
             except Exception as exc:
                 self.close()
                 raise Unreachable(f"the broker did not take a {kind} report: {exc}") from exc

@@ -40,10 +40,13 @@ def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
                      "fan-out: CPU per operation, durable floor (20 no-ops)", "fan-out / floor",
                      "fan-out: 20 no-ops, durable floor with its history (each commit also stores its state event)",
                      "fan-out: CPU per operation, durable floor with its history (20 no-ops)",
-                     "fan-out / floor with history"):
+                     "fan-out / floor with history",
+                     "fan-out: 20 no-ops, broker floor (a group whose tasks claim and report through the broker as "
+                     "agents do, stored in batches)", "fan-out: CPU per operation, broker floor (20 no-ops)",
+                     "fan-out / broker floor", "chain: 5 sequential no-ops, broker floor", "chain / broker floor"):
             assert case in table
-    else:  # the durable floor's table is PostgreSQL's
-        assert "durable floor" not in table
+    else:  # the floors' tables are PostgreSQL's
+        assert "durable floor" not in table and "broker floor" not in table
     # Every execution the benchmark ran is gone from its database (the environment's), the
     # suspended case's waiting ones included.
     assert "executions the benchmark ran" in done.stderr
