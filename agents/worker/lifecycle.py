@@ -76,6 +76,9 @@ def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), sto
 #: How often a ticker tries while the database is down: an agent's first heartbeat after an
 #: outage comes within this, not a whole heartbeat period later.
 OUTAGE_RETRY_SECONDS = 1.0
+#: How often an agent's heartbeat thread also forgets the attempts that finished long ago: not at
+#: every beat, since it looks at every finished record; they are kept an hour.
+FORGET_EVERY_SECONDS = 60.0
 
 
 class Ticker(threading.Thread):
@@ -107,11 +110,17 @@ class Ticker(threading.Thread):
 
 def heartbeat(name) -> Ticker:
     """A thread that reports a heartbeat every AGENT_HEARTBEAT_SECONDS (the managers store it
-    while this run is the agent's current one), and forgets the attempts that finished here
-    long ago (``local.forget_finished``)."""
+    while this run is the agent's current one), and, every FORGET_EVERY_SECONDS, forgets the
+    attempts that finished here long ago (``local.forget_finished``, which looks at the record of
+    every attempt of the last hour: a busy agent keeps hundreds of thousands)."""
+    forget_at = 0.0
+
     def beat():
+        nonlocal forget_at
         link.report(wire.Kind.HEARTBEAT)
-        local.forget_finished(name)
+        if time.monotonic() >= forget_at:
+            forget_at = time.monotonic() + FORGET_EVERY_SECONDS
+            local.forget_finished(name)
 
     return Ticker(beat, workflows_settings.AGENT_HEARTBEAT_SECONDS, name=f"heartbeat-{name}")
 

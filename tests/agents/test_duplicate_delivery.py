@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from agents.worker import local
+from agents.worker import lifecycle, link, local
 from agents.worker.local import Delivery
+from workflows_app import wire
 
 AGENT = "dup-agent"
 OPERATION = "7d9f0f8e-2f3a-4c35-9a55-0c2d8c8f2b11"
@@ -86,6 +87,37 @@ def test_finished_attempts_are_forgotten_after_a_while_and_at_the_next_run():
     assert local.earlier_delivery(OPERATION, 2, settle_seconds=0) is Delivery.FINISHED, "a recent one is kept"
     local.kill_leftovers(AGENT)
     assert local.earlier_delivery(OPERATION, 2, settle_seconds=0) is Delivery.NEVER_RAN, "a new run starts with none"
+
+
+def test_the_heartbeat_forgets_finished_attempts_once_a_while_not_at_every_beat(monkeypatch):
+    """Forgetting looks at every finished record (a busy agent keeps an hour of them): a beat
+    every AGENT_HEARTBEAT_SECONDS does it once every FORGET_EVERY_SECONDS."""
+    beats = []
+
+    class Line:
+        def report(self, kind, **fields):
+            beats.append(kind)
+
+    def finished_long_ago(attempt):
+        local.mark_done(local.attempt_key(OPERATION, attempt))
+        path = local._finished_path() / local.attempt_key(OPERATION, attempt)
+        old = time.time() - local.FINISHED_KEEP_SECONDS - 10
+        os.utime(path, (old, old))
+        return path
+
+    monkeypatch.setattr(lifecycle, "FORGET_EVERY_SECONDS", 0.5)
+    beat = lifecycle.heartbeat(AGENT).fn
+    with link.through(Line()):
+        first = finished_long_ago(1)
+        beat()
+        assert not first.exists()
+        second = finished_long_ago(2)
+        beat()
+        assert second.exists(), "forgotten at the next beat"
+        time.sleep(0.6)
+        beat()
+        assert not second.exists(), "not forgotten FORGET_EVERY_SECONDS later"
+    assert beats == [wire.Kind.HEARTBEAT] * 3, "every beat reports"
 
 
 def test_a_dispatcher_pass_leaves_no_record_behind():
