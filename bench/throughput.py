@@ -175,8 +175,8 @@ def _broker_floor_take(bodies):
 def _floor(signature, count, history):
     """A floor: the rows stored, ``sent`` (with their ``sending`` and ``sent`` events when
     ``history``), in one committed statement before the group is sent, then the group until every
-    result is in and every row ``succeeded``; seconds. Every row must have ended ``succeeded`` (with its four events): a
-    claim refused would make the floor look cheaper than it is."""
+    result is in and every row ``succeeded``; seconds. Every row must have ended ``succeeded``
+    (with its four events): a claim refused would make the floor look cheaper than it is."""
     insert = f"INSERT INTO {FLOOR_TABLE} (id, attempt, state) SELECT i, 1, 'sent' FROM generate_series(1, %s) AS i"
     if history:
         insert = (f"WITH stored AS ({insert} RETURNING id, attempt) "
@@ -201,7 +201,7 @@ def _floor(signature, count, history):
         time.sleep(POLL)
         elapsed = time.monotonic() - asked
     if succeeded != count or events != (4 * count if history else 0):
-        raise RuntimeError(f"durable floor: {succeeded} of {count} rows succeeded, {events} events")
+        raise RuntimeError(f"floor: {succeeded} of {count} rows succeeded, {events} events")
     return elapsed
 
 

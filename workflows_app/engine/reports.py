@@ -34,8 +34,9 @@ def record_success(operation, attempt, result):
         values.check(result, "result")
     except ValueRefused as refused:
         return record_failure(operation, attempt, unstorable_result(refused), retryable=False)
-    # No savepoint: inside a batch of reports (``agents.intake``) nothing here is caught and
-    # carried on from, so a savepoint would be two more statements per operation for nothing.
+    # No savepoint: no statement here fails and is carried on from (a refused transition changes
+    # no row), so inside a batch of reports (``agents.intake``) a savepoint would be two more
+    # statements per operation for nothing.
     with transaction.atomic(savepoint=False):
         try:
             # The execution's row FOR SHARE (in the same statement on PostgreSQL): completions of
