@@ -156,20 +156,29 @@ def _broker_floor_take(bodies):
     """The broker floor's responder: a batch of claims and outcomes stored in one transaction, one
     statement each (a claim moves its row from ``sent`` to ``started``: fencing, an attempt that is
     not waiting is not answered); the answers to the claims that started, sent once it committed."""
-    claims = {(int(body["operation"]), body["attempt"]): body for body in bodies if body.get("kind") == wire.Kind.CLAIM}
-    outcomes = [(int(body["operation"]), body["attempt"]) for body in bodies if body.get("kind") == wire.Kind.OUTCOME]
-    started = []
-    with transaction.atomic(), connection.cursor() as cursor:
-        for keys, statement in ((claims, "SET state = 'started' WHERE (id, attempt) IN (SELECT * FROM unnest(%s::bigint[], "
-                                          "%s::int[])) AND state = 'sent' RETURNING id, attempt"),
-                                (outcomes, "SET state = 'succeeded', result = 'null'::jsonb WHERE (id, attempt) IN "
-                                           "(SELECT * FROM unnest(%s::bigint[], %s::int[])) AND state = 'started' "
-                                           "RETURNING id, attempt")):
-            if keys:
-                cursor.execute(f"UPDATE {FLOOR_TABLE} {statement}", [[k[0] for k in keys], [k[1] for k in keys]])
-                if keys is claims:
-                    started = cursor.fetchall()
-    return [(claims[key]["reply_to"], {"id": claims[key]["id"], "verdict": wire.Verdict.RUN}) for key in map(tuple, started)]
+    claims = {_floor_key(body): body for body in bodies if body.get("kind") == wire.Kind.CLAIM}
+    outcomes = [_floor_key(body) for body in bodies if body.get("kind") == wire.Kind.OUTCOME]
+    with transaction.atomic():
+        started = _floor_move(claims, "sent", "started")
+        _floor_move(outcomes, "started", "succeeded", with_result=True)
+    return [(claims[key]["reply_to"], {"id": claims[key]["id"], "verdict": wire.Verdict.RUN}) for key in started]
+
+
+def _floor_key(report):
+    return int(report["operation"]), report["attempt"]
+
+
+def _floor_move(keys, source, target, *, with_result=False) -> list:
+    """Move the rows of ``keys`` (row id, attempt) that are in ``source`` to ``target`` (storing a
+    no-op's result, ``null``, ``with_result``), in one statement; the keys of those it moved."""
+    if not keys:
+        return []
+    stored = ", result = 'null'::jsonb" if with_result else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {FLOOR_TABLE} SET state = %s{stored} WHERE (id, attempt) IN "
+                       "(SELECT * FROM unnest(%s::bigint[], %s::int[])) AND state = %s RETURNING id, attempt",
+                       [target, [key[0] for key in keys], [key[1] for key in keys], source])
+        return [tuple(row) for row in cursor.fetchall()]
 
 
 def _floor(signature, count, history):
@@ -243,9 +252,9 @@ def run(stack, agent, rounds, sizes=None, processes=None):
     from switchyard.celery import app
 
     floor = bool(app.conf.result_backend) and connection.vendor == "postgresql"
-    responder = Inbox(take=_broker_floor_take, queue=broker_floor_queue)
     if floor:
         _floor_create()
+        responder = Inbox(take=_broker_floor_take, queue=broker_floor_queue)
         responder.start()
     try:
         return _run(app, agent, rounds, sizes, processes, floor)
