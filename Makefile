@@ -3,6 +3,14 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# Tests run side by side in WORKERS processes (pytest-xdist; 0: all in one). The suite mostly waits
+# on the processes and services it starts, so two per core keep a 2-core machine busy; each
+# worker has a database, a broker namespace and a var directory of its own (tests/parallel.py).
+WORKERS ?= 4
+# One test at a time to each worker, in the order collected (the slow ones first), but the tests
+# that share a fixture built once per module together (tests/parallel.py): pytest-xdist's `load`
+# hands each worker a long run of neighbours at the start, which put every slow test on one.
+XDIST = -n $(WORKERS) --dist loadgroup
 
 .PHONY: venv start test test-fast check clean
 
@@ -17,11 +25,12 @@ start: venv
 ## first installs Debian's chromium (the browser test) and docker-compose when they are missing
 test: venv
 	@sh scripts/ensure_test_tools.sh
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
-## test-fast: the developer's lane: everything but the slow chaos and scale tests (CI runs those too)
+## test-fast: the developer's lane, a few minutes: every test that starts no engine process and is
+## not slow (CI runs the rest too)
 test-fast: venv
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow and not integration" $(PYTEST_ARGS)
 
 .PHONY: test-floors test-newest
 ## test-floors: the unit suite and an end-to-end test on the lowest versions pyproject.toml allows

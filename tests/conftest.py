@@ -19,8 +19,11 @@ from agents import intake
 from agents.worker import link, local
 from workflows_app import broker, embedded_redis, signing, wire
 from workflows_app.engine import live
+from workflows_app.wire import keys
 from workflows_app.models import Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
+
+from tests import parallel, pure
 
 #: The package's own pytest plugin (an installed package registers it through its entry point).
 pytest_plugins = ["workflows_app.testing"]
@@ -32,6 +35,10 @@ def pytest_sessionstart(session):
     """In CI, a service named in SWITCHYARD_REQUIRE must be the one configured and answer."""
     from django.conf import settings
 
+    try:
+        parallel.open_broker(settings.CELERY_BROKER_URL)
+    except parallel.IsolationError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if "postgres" in REQUIRED and settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise pytest.UsageError("SWITCHYARD_REQUIRE names postgres, but DATABASE_URL is not PostgreSQL")
     if "redis" in REQUIRED:
@@ -54,16 +61,37 @@ def pytest_sessionfinish(session, exitstatus):
     """The embedded Redis this test run started goes with it, as ``standalone``'s does: a run on
     embedded defaults leaves no server behind. One that was running before is left running."""
     from celery import current_app
+    from django.conf import settings
 
+    parallel.close_broker(settings.CELERY_BROKER_URL)
     directory = embedded_redis.var_dir_of(current_app.conf.broker_url or "")
     if directory is not None and embedded_redis.started_here(directory):
         embedded_redis.stop(directory)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    # Before pytest-xdist reads the groups and `-m` reads the markers.
+    parallel.group_shared_fixtures(items)
+    pure.classify(items)
+    result = yield
+    # The slow tests first, after pytest-django's order (a stable sort: otherwise in that order).
+    # Side by side, the longest start while the short ones fill the other workers, rather than
+    # running alone at the end; every worker collects the same order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    return result
+
+
+@pytest.fixture(autouse=True)
+def _pure_touches_nothing(request, monkeypatch):
+    """A test marked ``pure`` (tests/pure.py) may not connect to a server or start a process."""
+    pure.hold(request.node, monkeypatch)
+
+
 def pytest_runtest_setup(item):
-    # Each test's database starts without the attempts' signing key (a flush or a rollback took
-    # the last one's): the key this process remembered would sign what no manager of it accepts.
-    signing._key.cache_clear()
+    # Each test's database starts with no agent's key rotated (a flush or a rollback took the
+    # last one's salts): the keys this process remembered would prove what no manager accepts.
+    signing.forget()
     # The API's throttles count in the default cache, per user id: ids come back after a rollback
     # (SQLite), and a fast run would add up every test's requests under one of them.
     cache.clear()
@@ -134,14 +162,14 @@ class Loopback:
         self.reports = []
 
     def report(self, kind, **fields):
-        body = json.loads(json.dumps({"kind": str(kind), "agent": local.name(), "incarnation": local.incarnation(), **fields}))
+        body = json.loads(json.dumps(link.signed(kind, **fields)))
         self.reports.append(body)
         return intake.take([body])
 
-    def claim(self, operation_id, attempt, secret, timeout):
-        answers = self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt, secret=secret,
+    def claim(self, operation_id, attempt, timeout):
+        answers = self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt,
                               pid=os.getpid(), reply_to=wire.reply_queue(local.name(), "here", os.getpid()), id="claim")
-        return json.loads(json.dumps(answers[0][1])) if answers else None
+        return keys.without_proof(json.loads(json.dumps(answers[0][1]))) if answers else None
 
 
 @pytest.fixture
@@ -152,13 +180,15 @@ def agent_link(monkeypatch):
     monkeypatch.setattr(link, "_link", loopback)
     monkeypatch.setenv(local.INCARNATION_ENV, "this-test")
 
-    def deliver(operation, attempt=None, secret=None):
+    def deliver(operation, attempt=None):
+        """As the agent the operation was sent to, a message of ``attempt`` (its current one) as a
+        manager sends it."""
         from agents.runner import run_operation
 
         attempt = operation.attempt if attempt is None else attempt
         monkeypatch.setenv(local.NAME_ENV, operation.agent)
-        run_operation.run(str(operation.pk), attempt,
-                          secret=secret if secret is not None else signing.attempt_secret(operation.pk, attempt, operation.agent))
+        args = [str(operation.pk), attempt]
+        run_operation.run(*args, proof=keys.prove(signing.agent_key(operation.agent), keys.Purpose.OPERATION, args))
 
     loopback.deliver = deliver
     return loopback
