@@ -79,7 +79,7 @@ def main(argv=None):
     from django.core.management import call_command
     from django.db import connection
 
-    from bench import children, connections, history, imperative, scaleout, stop, suspended, throughput
+    from bench import children, connections, dbos_peer, history, imperative, scaleout, stop, suspended, throughput
     from bench import workflows as bench_workflows
     from tests.integration.harness import Stack, ensure_broker
     from workflows_app import retention
@@ -105,6 +105,11 @@ def main(argv=None):
             samples, notes = ({}, {}) if args.skip_stop else stop.run(stack, agent, bench_dir, args.rounds)
             postgres = connection.vendor == "postgresql"
             rows = throughput.run(stack, agent, args.rounds, sizes, processes=[manager, agent_process])
+            if dbos_peer.available():  # the durable peer, in the same run
+                rows += dbos_peer.rows(dbos_peer.run(args.rounds, sizes), rows, sizes, throughput.Row)
+            else:
+                print("DBOS left out: it runs where dbos is installed (requirements/bench.txt) and the database is "
+                      "PostgreSQL", file=sys.stderr)
             replay = imperative.run(stack, agent, {"short": args.chain, "long": args.imperative}) if args.imperative else []
             tree = children.run(stack, agent, args.rounds, args.children) if args.children else []
             large = history.run(stack, agent, args.rounds, sizes, executions=args.history) if args.history and postgres else None

@@ -29,18 +29,18 @@ def gone(pid) -> bool:
         return True
 
 
-def wait(predicate, timeout=60.0):
+def wait(predicate, what, timeout=60.0):
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise TimeoutError("the benchmark waited too long")
+            raise TimeoutError(f"the benchmark waited too long ({timeout:.0f} s) for {what}")
         time.sleep(POLL)
     return time.monotonic()
 
 
 def pids(bench_dir, tag, timeout=60.0):
     path = Path(bench_dir) / f"{tag}.json"
-    wait(lambda: path.exists() and path.read_text().strip(), timeout)
+    wait(lambda: path.exists() and path.read_text().strip(), f"the operation {tag} to start", timeout)
     return json.loads(path.read_text())
 
 
@@ -66,8 +66,8 @@ def run(stack, agent, bench_dir, rounds):
             asked = time.monotonic()
             services.kill(execution.pk)
             returned = time.monotonic()
-            ended = wait(lambda: status(execution.pk) == "cancelled")
-            tree_gone = wait(lambda: gone(tree["pid"]) and gone(tree["child"]))
+            ended = wait(lambda: status(execution.pk) == "cancelled", f"{tag}'s execution to be cancelled")
+            tree_gone = wait(lambda: gone(tree["pid"]) and gone(tree["child"]), f"{tag}'s process tree to go")
             label = "kill, operation ignores SIGTERM" if ignore else "kill, operation obeys SIGTERM"
             add(f"{label}: request returns", returned - asked)
             add(f"{label}: execution cancelled", ended - asked)
@@ -79,7 +79,8 @@ def run(stack, agent, bench_dir, rounds):
         asked = time.monotonic()
         services.cancel(execution.pk)
         add("cancel, cooperative operation: request returns (nothing new can start)", time.monotonic() - asked)
-        add("cancel, cooperative operation: execution cancelled", wait(lambda: status(execution.pk) == "cancelled") - asked)
+        cancelled = wait(lambda: status(execution.pk) == "cancelled", f"{tag}'s execution to be cancelled")
+        add("cancel, cooperative operation: execution cancelled", cancelled - asked)
 
         tag = f"force-{i}"
         execution = services.start("bench_one", {"op": "tree", "tag": tag, "agent": agent})
@@ -90,7 +91,7 @@ def run(stack, agent, bench_dir, rounds):
         asked = time.monotonic()
         services.kill(execution.pk)  # kill of an ended execution stops its leftover processes
         add("kill after force-cancel: leftover process tree gone",
-            wait(lambda: gone(tree["pid"]) and gone(tree["child"])) - asked)
+            wait(lambda: gone(tree["pid"]) and gone(tree["child"]), f"{tag}'s process tree to go") - asked)
 
         # Plain Celery: revoke(terminate=True) signals the pool process only.
         for sig in ("SIGTERM", "SIGKILL"):
@@ -99,7 +100,7 @@ def run(stack, agent, bench_dir, rounds):
             tree = pids(bench_dir, tag)
             asked = time.monotonic()
             app.control.revoke(result.id, terminate=True, signal=sig)
-            pool_gone = wait(lambda: gone(tree["pid"]))
+            pool_gone = wait(lambda: gone(tree["pid"]), f"{tag}'s pool process to go")
             add(f"celery revoke(terminate=True, signal={sig}): pool process gone", pool_gone - asked)
             time.sleep(1.0)
             survived = not gone(tree["child"])

@@ -47,7 +47,8 @@ from agents.worker.inbox import Inbox
 from bench import cpu
 from bench.workflows import (CELERY_CLAIMED_NOOP, CELERY_DURABLE_NOOP, CELERY_NOOP, CELERY_RECORDED_NOOP,
                              FLOOR_EVENTS_TABLE, FLOOR_TABLE, broker_floor_queue)
-from workflows_app import wire
+from workflows_app import signing, wire
+from workflows_app.wire import keys
 
 POLL = 0.005
 TIMEOUT = 300.0
@@ -153,15 +154,25 @@ def _floor_tasks(app, agent, count, fl, canvas):
 
 
 def _broker_floor_take(bodies):
-    """The broker floor's responder: a batch of claims and outcomes stored in one transaction, one
-    statement each (a claim moves its row from ``sent`` to ``started``: fencing, an attempt that is
-    not waiting is not answered); the answers to the claims that started, sent once it committed."""
+    """The broker floor's responder: a batch of claims and outcomes, each checked for its agent's
+    proof as a manager does, stored in one transaction, one statement each (a claim moves its row
+    from ``sent`` to ``started``: fencing, an attempt that is not waiting is not answered); the
+    answers to the claims that started, proved for their agent, sent once it committed."""
+    agent_keys = signing.agent_keys({body["agent"] for body in bodies})
+    bodies = [body for body in bodies if keys.proven(body["proof"], agent_keys[body["agent"]], keys.Purpose.REPORT,
+                                                     keys.without_proof(body))]
     claims = {_floor_key(body): body for body in bodies if body.get("kind") == wire.Kind.CLAIM}
     outcomes = [_floor_key(body) for body in bodies if body.get("kind") == wire.Kind.OUTCOME]
     with transaction.atomic():
         started = _floor_move(claims, "sent", "started")
         _floor_move(outcomes, "started", "succeeded", with_result=True)
-    return [(claims[key]["reply_to"], {"id": claims[key]["id"], "verdict": wire.Verdict.RUN}) for key in started]
+    answers = []
+    for key in started:
+        claim = claims[key]
+        answer = {"id": claim["id"], "verdict": wire.Verdict.RUN}
+        answers.append((claim["reply_to"], {**answer, "proof": keys.prove(agent_keys[claim["agent"]], keys.Purpose.ANSWER,
+                                                                           answer)}))
+    return answers
 
 
 def _floor_key(report):

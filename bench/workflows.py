@@ -214,11 +214,10 @@ def celery_claimed_noop(row_id, attempt):
     claims and outcomes in one transaction with one statement each, and answers the claims once
     it committed, as a manager's inbox does."""
     line = _broker_floor_link()
-    answer = line.claim(row_id, attempt, "", BROKER_FLOOR_CLAIM_SECONDS)
+    answer = line.claim(row_id, attempt, BROKER_FLOOR_CLAIM_SECONDS)
     if answer is None or answer.get("verdict") != wire.Verdict.RUN:
         raise RuntimeError(f"broker floor: the claim of row {row_id} was answered {answer!r}")
-    line.report(wire.Kind.OUTCOME, operation=str(row_id), attempt=attempt, secret="",
-                outcome=wire.Outcome.SUCCEEDED, result=None)
+    line.report(wire.Kind.OUTCOME, operation=str(row_id), attempt=attempt, outcome=wire.Outcome.SUCCEEDED, result=None)
     return None
 
 

