@@ -12,10 +12,14 @@ what an agent says enters the database.
 * ``ctx.log`` lines, attempts that will never report (``lost``), processes gone after a kill,
   heartbeats and registrations of agent runs.
 
-A report about an attempt is stored only when it carries that attempt's secret, made for the
-agent the attempt was sent to (``workflows_app.signing``): an agent cannot speak for another
-agent's operations, or for an execution it was sent nothing of. A report that is malformed or
-that fails that test changes nothing and is logged.
+Every report is stored only with its proof under the key of the agent it names
+(``workflows_app.wire.keys``), and a report about an attempt only when the attempt was sent to
+that agent: an agent cannot speak for another agent, or for an execution it was sent nothing of.
+A registration is taken only from a run of the agent that began after the one it has (an
+incarnation begins with the time its run began): replaying an older run's registration cannot
+make the current run's attempts lost. A report that is malformed, unproved or refused changes
+nothing and is logged, alone: the others of its batch are stored. The answers to claims carry
+the managers' proof for their agent.
 """
 
 import logging
@@ -25,14 +29,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.models import Agent
-from workflows_app import values, wire
+from workflows_app import signing, values, wire
 from workflows_app.engine import reports, steps
 from workflows_app.engine.graph import resolve
 from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Operation
-from workflows_app.signing import is_attempt_secret
 from workflows_app.states import OPERATION_IN_FLIGHT, EventType, ExecutionStatus, OperationState
 from workflows_app.transitions import claim_operation, operation_transition, record_event
+from workflows_app.wire import keys
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +47,14 @@ def take(bodies) -> list[tuple[str, dict]]:
     parsed = []
     for body in bodies:
         try:
-            parsed.append(wire.parse(body))
+            parsed.append((wire.parse(body), body))
         except wire.Malformed as exc:
             logger.warning("report refused: %s", exc)
     answers = []
     with transaction.atomic():
-        attempts = [r for r in parsed if r["kind"] in wire.ATTEMPT_KINDS and _signed(r)]
+        agent_keys = signing.agent_keys({report["agent"] for report, _ in parsed})
+        parsed = [report for report, body in parsed if _proved(report, body, agent_keys[report["agent"]])]
+        attempts = [r for r in parsed if r["kind"] in wire.ATTEMPT_KINDS]
         # Their rows in one prepared statement (steps.load), without their executions: the report
         # functions lock and read what they need of those.
         operations = {op.pk: op for op in steps.load({_pk(r) for r in attempts})} if attempts else {}
@@ -67,7 +73,9 @@ def take(bodies) -> list[tuple[str, dict]]:
                 continue
             answer = HANDLERS[report["kind"]](report, operation)
             if report["kind"] == wire.Kind.CLAIM:
-                answers.append((report["reply_to"], {"id": report["id"], **answer}))
+                answer = {"id": report["id"], **answer}
+                answer["proof"] = keys.prove(agent_keys[report["agent"]], keys.Purpose.ANSWER, answer)
+                answers.append((report["reply_to"], answer))
         gone = [r for r in parsed if r["kind"] == wire.Kind.GONE]
         if gone:
             _gone(gone)
@@ -79,18 +87,18 @@ def _pk(report):
     return Operation._meta.pk.to_python(report["operation"])
 
 
-def _signed(report) -> bool:
-    """Whether the report carries the secret of its attempt, for the agent it names."""
-    if is_attempt_secret(report["secret"], report["operation"], report["attempt"], report["agent"]):
-        if report["kind"] != wire.Kind.CLAIM or report["reply_to"].startswith(wire.reply_prefix(report["agent"])):
-            return True
+def _proved(report, body, key) -> bool:
+    """Whether the agent the report names sent it (its proof under that agent's key) and, for a
+    claim, wants the answer on a reply queue of its own."""
+    if not keys.proven(body["proof"], key, keys.Purpose.REPORT, keys.without_proof(body)):
+        logger.warning("%s report of agent %s refused: not proved with that agent's key", report["kind"], report["agent"])
+        return False
+    if report["kind"] == wire.Kind.CLAIM and not report["reply_to"].startswith(wire.reply_prefix(report["agent"])):
         logger.warning("claim of agent %s for attempt %s of operation %s refused: its answer would go to %r, "
                        "not a reply queue of that agent", report["agent"], report["attempt"], report["operation"],
                        report["reply_to"])
         return False
-    logger.warning("%s report of agent %s for attempt %s of operation %s refused: not the attempt's secret for that agent",
-                   report["kind"], report["agent"], report["attempt"], report["operation"])
-    return False
+    return True
 
 
 # --- claims ----------------------------------------------------------------------------------
@@ -217,14 +225,17 @@ HANDLERS = {wire.Kind.CLAIM: _claim, wire.Kind.OUTCOME: _outcome, wire.Kind.LOG:
 
 
 def _gone(gone_reports):
-    """The processes of these attempts are gone (after a kill): each signed one is recorded."""
-    attempts = [(pk, attempt) for report in gone_reports for pk, attempt, secret in report["attempts"]
-                if is_attempt_secret(secret, pk, attempt, report["agent"])]
-    refused = sum(len(report["attempts"]) for report in gone_reports) - len(attempts)
-    if refused:
-        logger.warning("%d attempt(s) of reports that processes are gone refused: not their secrets", refused)
-    if attempts:
-        reports.record_processes_gone(attempts)
+    """The processes of these attempts are gone (after a kill): each one sent to the agent that
+    says so is recorded."""
+    attempts = [(pk, attempt, report["agent"]) for report in gone_reports for pk, attempt in report["attempts"]]
+    sent_to = {str(pk): agent for pk, agent in Operation.objects.filter(pk__in={pk for pk, _, _ in attempts})
+               .values_list("pk", "agent")}
+    mine = [(pk, attempt) for pk, attempt, agent in attempts if sent_to.get(pk) == agent]
+    if len(mine) < len(attempts):
+        logger.warning("%d attempt(s) of reports that processes are gone refused: not sent to the agents that "
+                       "reported them", len(attempts) - len(mine))
+    if mine:
+        reports.record_processes_gone(mine)
 
 
 # --- the agents' runs -------------------------------------------------------------------------
@@ -239,6 +250,11 @@ def _agents(agent_reports):
         else:
             beating[report["agent"]].add(report["incarnation"])
     for report in registered.values():
+        current = Agent.objects.filter(name=report["agent"]).values_list("incarnation", flat=True).first()
+        if current and report["incarnation"] != current and not began_after(report["incarnation"], current):
+            logger.warning("registration of agent %s refused: its run %s did not begin after the current one, %s",
+                           report["agent"], report["incarnation"], current)
+            continue
         register(report["agent"], report["incarnation"], hostname=report["hostname"], pid=report["pid"],
                  concurrency=report["concurrency"])
     now = timezone.now()
@@ -251,6 +267,24 @@ def _agents(agent_reports):
                                                                        "started_at": now, "last_heartbeat": now})
         if not created:
             logger.info("heartbeat of agent %s (run %s), which is not its current run: ignored", name, sorted(incarnations))
+
+
+def began_after(incarnation, current) -> bool:
+    """Whether the run ``incarnation`` began after the run ``current`` (an incarnation begins with
+    the hexadecimal nanoseconds at which its run began and a dot, :func:`agents.worker.lifecycle.begin`);
+    True when ``current`` does not tell (a run of an earlier version)."""
+    began, now = _began(incarnation), _began(current)
+    return now is None or (began is not None and began > now)
+
+
+def _began(incarnation):
+    head, dot, _ = incarnation.partition(".")
+    if not dot or len(head) != 16:
+        return None
+    try:
+        return int(head, 16)
+    except ValueError:
+        return None
 
 
 def register(name, incarnation, *, hostname, pid, concurrency):

@@ -1,6 +1,11 @@
 """The operation task that agents (and managers, for operations with no agent) run. It opens no
 database connection: it speaks to the managers through the broker (``agents.worker.link``).
 
+Authentication: a message that no manager proved for this agent (``workflows_app.wire.keys``:
+the proof of its operation id and attempt under the agent's key) is dropped at once — acknowledged
+and logged, never run, never sent back to the queue: anyone who may publish to the agent's queue
+could have put it there.
+
 Fencing: a delivery runs only once a manager, against the database, answered its claim with
 ``run`` — the attempt was still its operation's current one, waiting to start, and its
 execution running (``agents.intake``). No answer in time: the message goes back to the queue,
@@ -9,7 +14,7 @@ requeue — is answered ``started``: dropped while that attempt still runs somew
 started by this run of the agent and no process here runs it any more, its pool process died
 with it, and the attempt is reported lost (a retryable failure).
 
-What the attempt did is reported with the attempt's secret before the message is acknowledged
+What the attempt did is reported (with the agent's proof) before the message is acknowledged
 (the task ends only once the broker holds the report); a report the broker does not take
 sends the message back to the queue, where its next delivery finds the attempt lost.
 
@@ -25,6 +30,7 @@ message was handled and nothing failed.
 """
 
 import logging
+import os
 import traceback
 import uuid
 
@@ -32,12 +38,13 @@ from celery import shared_task
 from celery.exceptions import Reject, Retry
 from celery.signals import task_revoked
 
-from agents.worker import link, local
+from agents.worker import deaths, link, local
 from workflows_app import values, wire
 from workflows_app.broker import RUNNER_TASK, TASK_OPTIONS
 from workflows_app.engine import reports
 from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, ValueRefused
 from workflows_app.registry import get_operation
+from workflows_app.wire import keys
 
 logger = logging.getLogger(__name__)
 
@@ -60,14 +67,13 @@ class AttemptCancelled(AttemptFailed):
 class OperationContext:
     """``ctx`` of an operation function."""
 
-    def __init__(self, operation_id, attempt, secret, answer):
+    def __init__(self, operation_id, attempt, answer):
         self.operation_id = uuid.UUID(str(operation_id))
         self.execution_id = uuid.UUID(answer["execution"])
         self.name = answer["step"]
         self.attempt = attempt
         #: The agent that runs it: the name of the queue it came from (on a manager, the management queue's).
         self.agent = local.name()
-        self._secret = secret
 
     def is_cancelled(self) -> bool:
         """Whether the execution is being cancelled (or this step was): a manager asked this
@@ -81,13 +87,17 @@ class OperationContext:
     def log(self, message, **data):
         """A ``log`` event of the operation. ``ValueRefused`` for data that may not be stored."""
         values.check(data, "the log's data")
-        link.report(wire.Kind.LOG, operation=str(self.operation_id), attempt=self.attempt, secret=self._secret,
+        link.report(wire.Kind.LOG, operation=str(self.operation_id), attempt=self.attempt,
                     message=values.clean_text(str(message)), data=data)
 
 
-@shared_task(name=RUNNER_TASK, throws=(AttemptFailed,), **TASK_OPTIONS)
-def run_operation(operation_id, attempt, secret=""):
-    answer = link.claim(operation_id, attempt, secret, link.claim_seconds())
+@shared_task(name=RUNNER_TASK, throws=(AttemptFailed,), Request=deaths.OperationRequest, **TASK_OPTIONS)
+def run_operation(operation_id, attempt, proof=None, **unexpected):
+    if unexpected or not keys.proven(proof, link.own_key(), keys.Purpose.OPERATION, [operation_id, attempt]):
+        logger.warning("dropped a message of operation %.64r attempt %.16r that no manager proved for agent %s",
+                       operation_id, attempt, local.name())
+        return
+    answer = link.claim(operation_id, attempt, link.claim_seconds())
     if answer is None:
         raise Reject("no manager answered the claim", requeue=True)
     verdict = answer.get("verdict")
@@ -99,7 +109,7 @@ def run_operation(operation_id, attempt, secret=""):
             # (the attempt's task id) ends as the retryable failure the managers record.
             lost = {"outcome": wire.Outcome.FAILED, "retryable": True,
                     "error": {"type": "WorkerLost", "message": "its worker process was lost"}}
-            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, secret, message=lost["error"]["message"])
+            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=lost["error"]["message"])
             raise _task_error(lost, attempt, answer, cancelled=False)
         if earlier != local.Delivery.NEVER_RAN:
             logger.info("operation %s attempt %s dropped: a duplicate delivery of a started attempt", operation_id, attempt)
@@ -110,16 +120,22 @@ def run_operation(operation_id, attempt, secret=""):
     elif verdict != wire.Verdict.RUN:
         logger.info("operation %s attempt %s dropped: %s", operation_id, attempt, answer.get("reason", verdict))
         return
-    local.mark_running(key, secret)
+    local.mark_running(key)
     try:
-        ctx = OperationContext(operation_id, attempt, secret, answer)
+        ctx = OperationContext(operation_id, attempt, answer)
         outcome = _run(ctx, answer)
-        _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, secret, **outcome)
-        # Kept with the attempt's finished record: sent again if this report is lost on its way.
-        local.remember_outcome(key, {"operation": str(operation_id), "attempt": attempt, "secret": secret, **outcome})
+        terminated = outcome.pop("terminated", None)
+        if outcome.pop("lost", False):  # SystemExit, KeyboardInterrupt, SIGTERM (agents.worker.deaths)
+            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=outcome["error"]["message"])
+        else:
+            _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, **outcome)
+            # Kept with the attempt's finished record: sent again if this report is lost on its way.
+            local.remember_outcome(key, {"operation": str(operation_id), "attempt": attempt, **outcome})
         cancelled = ctx.is_cancelled()  # read before mark_done, which clears it
     finally:
         local.mark_done(key)
+    if terminated is not None:
+        raise terminated  # the process ends, as its SIGTERM asks (billiard lets it go once it gets there)
     error = _task_error(outcome, attempt, answer, cancelled=cancelled)
     if error is not None:
         raise error
@@ -161,6 +177,7 @@ def _run(ctx, answer) -> dict:
         return _failed(exc, retryable=False)
     if answer.get("dry_run"):
         return {"outcome": wire.Outcome.SUCCEEDED, "result": None}
+    pid = os.getpid()
     try:
         result = definition.func(ctx, *answer["args"], **answer["kwargs"])
     except OperationCancelled as exc:
@@ -171,6 +188,14 @@ def _run(ctx, answer) -> dict:
         return _failed(exc, retryable=False)
     except Exception as exc:
         return _failed(exc, retryable=isinstance(exc, definition.retry_for or ()))
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt: the attempt is lost, the pool process lives on
+        if isinstance(exc, GeneratorExit) or os.getpid() != pid:  # or a process the operation forked, which exits
+            raise
+        # But the SystemExit of a SIGTERM: once the attempt is reported lost, it ends the process.
+        terminated = exc if deaths.terminating() else None
+        message = deaths.terminated(pid) if terminated else deaths.raised(exc)
+        return {"outcome": wire.Outcome.FAILED, "retryable": True, "lost": True, "terminated": terminated,
+                "error": {"type": "WorkerLost", "message": message}}
     try:
         values.check(result, "result")
     except ValueRefused as refused:  # it could not be stored: retrying would only make it again
@@ -185,9 +210,9 @@ def _failed(exc, *, retryable) -> dict:
     return {"outcome": wire.Outcome.FAILED, "error": values.clean_error(error), "retryable": retryable}
 
 
-def _report_or_requeue(kind, operation_id, attempt, secret, **fields):
+def _report_or_requeue(kind, operation_id, attempt, **fields):
     try:
-        link.report(kind, operation=str(operation_id), attempt=attempt, secret=secret, **fields)
+        link.report(kind, operation=str(operation_id), attempt=attempt, **fields)
     except link.Unreachable as exc:
         # Back to the queue: its next delivery finds the attempt started here and gone (lost).
         logger.error("%s of attempt %s of %s not reported (%s): its message goes back to the queue", kind, attempt,
@@ -203,8 +228,10 @@ def _revoked(request=None, terminated=False, **kwargs):
         return
     try:
         operation_id, attempt = request.args[0], int(request.args[1])
-        secret = (request.kwargs or {}).get("secret", "")
-        link.report(wire.Kind.LOST, operation=str(operation_id), attempt=attempt, secret=secret,
+        if not keys.proven((request.kwargs or {}).get("proof"), link.own_key(), keys.Purpose.OPERATION,
+                           [operation_id, attempt]):
+            return  # not a message a manager sent: nothing to report
+        link.report(wire.Kind.LOST, operation=str(operation_id), attempt=attempt,
                     message="its Celery message was revoked")
     except Exception:  # a signal handler must not take the worker down
         logger.exception("could not report the revoke of %s", getattr(request, "id", "?"))

@@ -242,10 +242,11 @@ def retries(ctx, agent):
 
 
 @workflow(name="it_single")
-def single(ctx, agent, tag="long", seconds=4.0, spawn=False):
-    """One step (imperative ``ctx.execute``) that sleeps on its first invocation only."""
+def single(ctx, agent, tag="long", seconds=4.0, spawn=False, after=None):
+    """One step (imperative ``ctx.execute``) that sleeps on its first invocation only (first
+    waiting, with ``after``, until the tag ``after`` is marked: the test says when)."""
     result = ctx.await_execute("long", step, tag, sleep=seconds, sleep_first_only=True, spawn=spawn, agent=agent,
-                               max_retries=3)
+                               max_retries=3, after=after)
     ctx.set_payload({"result": result})
 
 
@@ -271,14 +272,15 @@ def duplicate(ctx, agent, hold_agent, hold_seconds=5.0):
 # --- stopping (tests/integration/test_stopping.py) ----------------------------------------
 
 @operation(name="it_wait_cancel", max_retries=3, retry_interval=0.2)
-def wait_cancel(ctx, tag, seconds=30.0, on_cancel="return"):
+def wait_cancel(ctx, tag, seconds=30.0, on_cancel="return", until=None):
     """Marks ``tag`` and runs for up to ``seconds``, looking at ``ctx.is_cancelled()`` every 0.1 s.
     Once cancelled: ``return`` returns "stopped" (marking ``<tag>-saw-cancel``), ``raise`` raises
     OperationCancelled (``ctx.raise_if_cancelled()``), ``recoverable`` raises RecoverableError,
-    ``ignore`` carries on regardless. Returns "finished" when the time is up."""
+    ``ignore`` carries on regardless. Returns "finished" when the time is up, or as soon as the
+    file ``until`` exists (the test says when, however slow the machine)."""
     mark(ctx, tag)
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (until and os.path.exists(until)):
         if on_cancel != "ignore" and ctx.is_cancelled():
             mark(ctx, f"{tag}-saw-cancel")
             if on_cancel == "raise":
@@ -302,11 +304,11 @@ def stubborn(ctx, tag):
 
 
 @workflow(name="it_stoppable")
-def stoppable(ctx, agent, on_cancel="return", seconds=30.0):
+def stoppable(ctx, agent, on_cancel="return", seconds=30.0, until=None):
     """``first`` (quick), then ``running`` (it_wait_cancel), then ``after``."""
     g = ctx.graph()
     first = g.add("first", step, "first", agent=agent)
-    running = g.add("running", wait_cancel, "running", seconds=seconds, on_cancel=on_cancel, agent=agent,
+    running = g.add("running", wait_cancel, "running", seconds=seconds, on_cancel=on_cancel, until=until, agent=agent,
                     depends_on=[first])
     g.add("after", step, "after", agent=agent, depends_on=[running])
     return g.run()
@@ -756,4 +758,39 @@ def outcomes(ctx, prefix, agent=None):
     g.add("nonrecoverable", nonrecoverable, f"{prefix}nonrecoverable", agent=agent)
     g.add("retry_for", value_error_retried, f"{prefix}retry_for", agent=agent)
     g.add("plain", value_error_plain, f"{prefix}plain", agent=agent)
+    return g.run()
+
+
+# --- pool processes that go under an operation (tests/integration/test_pool_deaths.py) -------
+
+@operation(name="it_dies", max_retries=0, retry_interval=0.2)
+def dies(ctx, tag, how):
+    """Marks ``tag`` (the marker holds this pool process' pid), then, on its first invocation
+    only, ends its pool process as ``how`` says: "exit" calls ``exit(1)``, "system_exit" raises
+    ``SystemExit``, "keyboard_interrupt" raises ``KeyboardInterrupt``, "os_exit" calls
+    ``os._exit(3)``, "sigkill" waits (up to 60 s) for the test to SIGKILL it. A later invocation
+    returns ``tag``."""
+    if mark(ctx, tag) > 1:
+        return tag
+    if how == "exit":
+        exit(1)  # noqa: PLR1722 — the builtin, as an operation's code might call it
+    if how == "system_exit":
+        raise SystemExit
+    if how == "keyboard_interrupt":
+        raise KeyboardInterrupt
+    if how == "os_exit":
+        os._exit(3)
+    if how == "sigkill":
+        time.sleep(60)
+        return "never killed"
+    raise ValueError(f"unknown way to die {how!r}")
+
+
+@workflow(name="it_pool_death")
+def pool_death(ctx, agent, how):
+    """Two independent steps of ``it_dies`` that end their first invocation as ``how`` says:
+    ``retried`` may be retried once, ``final`` never (run it with continue_while_possible)."""
+    g = ctx.graph()
+    g.add("retried", dies, "retried", how, agent=agent, max_retries=1)
+    g.add("final", dies, "final", how, agent=agent, max_retries=0)
     return g.run()

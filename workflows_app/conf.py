@@ -48,6 +48,8 @@ DEFAULTS = {
     "RETENTION_DAYS": None,
     # The bearer token a Prometheus server scrapes GET metrics with; None: only users may.
     "METRICS_TOKEN": None,
+    # The key every agent's key is derived from (wire.keys); None: derived from SECRET_KEY.
+    "AGENT_MASTER_KEY": None,
 }
 
 #: Where ``manage.py standalone``'s Flower is, for the web server it starts (see above).
@@ -93,6 +95,10 @@ def bad_values(user_settings) -> list[str]:
     if "METRICS_TOKEN" in user_settings and not _is_token(user_settings["METRICS_TOKEN"]):
         found.append(f"WORKFLOWS['METRICS_TOKEN'] must be None (no scrape token) or a string of at least "
                      f"{MIN_TOKEN_LENGTH} visible ASCII characters, such as secrets.token_urlsafe(32) makes")
+    if "AGENT_MASTER_KEY" in user_settings and not (user_settings["AGENT_MASTER_KEY"] is None or _is_token(
+            user_settings["AGENT_MASTER_KEY"], MIN_MASTER_KEY_LENGTH)):
+        found.append(f"WORKFLOWS['AGENT_MASTER_KEY'] must be None (derived from SECRET_KEY) or a string of at least "
+                     f"{MIN_MASTER_KEY_LENGTH} visible ASCII characters, such as secrets.token_urlsafe(48) makes")
     if "API_THROTTLE_RATES" in user_settings:
         rates = user_settings["API_THROTTLE_RATES"]
         if not isinstance(rates, dict) or set(rates) - set(DEFAULTS["API_THROTTLE_RATES"]) or not all(
@@ -118,11 +124,13 @@ def bad_values(user_settings) -> list[str]:
 
 #: The shortest scrape token accepted: a short one is guessed.
 MIN_TOKEN_LENGTH = 16
+#: The shortest master key accepted: every agent's key is derived from it.
+MIN_MASTER_KEY_LENGTH = 32
 
 
-def _is_token(token) -> bool:
+def _is_token(token, min_length=MIN_TOKEN_LENGTH) -> bool:
     """None, or what an ``Authorization: Bearer`` header can carry whole: visible ASCII, no space."""
-    return token is None or (isinstance(token, str) and len(token) >= MIN_TOKEN_LENGTH
+    return token is None or (isinstance(token, str) and len(token) >= min_length
                              and all("!" <= character <= "~" for character in token))
 
 

@@ -14,6 +14,7 @@ process. The backend is a door like the API: it parses, calls ``services.start``
 from django.core import checks
 
 from workflows_app import broker, services, task_runs, tasks_framework
+from workflows_app.errors import ValueRefused
 
 if not tasks_framework.AVAILABLE:
     raise ImportError(tasks_framework.MISSING)
@@ -59,8 +60,17 @@ class SwitchyardBackend(tasks_framework.BaseTaskBackend):
                 f"priority only in queues declared with one (set CELERY_TASK_QUEUE_MAX_PRIORITY = 10 before the "
                 f"agents' queues are first declared)")
         super().validate_task(task)
+        try:
+            task_runs.check_queue_name(task.queue_name)
+        except ValueRefused as refused:
+            raise tasks_framework.InvalidTask(f"task {task.module_path}: queue_name: {refused.reason}") from None
         task_runs.remember(task)
 
     def check(self, **kwargs):
-        return [checks.Error(f"TASKS[{self.alias!r}]: {problem}", id="workflows.E008")
-                for problem in task_runs.option_problems(self.options)]
+        problems = task_runs.option_problems(self.options)
+        for queue in sorted(self.queues):
+            try:
+                task_runs.check_queue_name(queue)
+            except ValueRefused as refused:
+                problems.append(f"QUEUES: {refused.reason}")
+        return [checks.Error(f"TASKS[{self.alias!r}]: {problem}", id="workflows.E008") for problem in problems]

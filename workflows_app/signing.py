@@ -1,44 +1,48 @@
-"""The secret of an operation's attempt: what proves that a report about it comes from the agent
-the attempt was sent to.
+"""The agents' keys, as the managers and the web process know them (``workflows_app.wire.keys``
+says how a key is made and what it proves).
 
-Every operation message carries the secret of its attempt, an HMAC of the operation id, the
-attempt and the agent under a key kept in the database (:class:`~workflows_app.models.SigningKey`,
-made once, by whichever process needs it first). Managers and the web process read the key;
-agents cannot (they hold broker credentials only), so an agent can repeat the secret of an attempt
-it was sent, and make no other. Nothing is stored per attempt: a message sent again after a
-restart carries the same secret.
+An agent's key is derived from the master key and its name; rotating it (:func:`rotate`,
+``manage.py agent_key NAME --rotate``) stores a new random salt for that name
+(:class:`~workflows_app.models.SigningKey`), which changes its key and no other. The managers read
+the salts at most every :data:`SALT_SECONDS`, so a rotation is in force everywhere within that.
 """
 
-import functools
-import hashlib
-import hmac
 import secrets
-
-from django.db import IntegrityError, transaction
+import time
 
 from workflows_app.models import SigningKey
+from workflows_app.wire import keys
 
-KEY_NAME = "attempts"
-
-
-@functools.cache
-def _key() -> bytes:
-    key = SigningKey.objects.filter(name=KEY_NAME).values_list("key", flat=True).first()
-    if key is None:
-        try:
-            with transaction.atomic():
-                key = SigningKey.objects.create(name=KEY_NAME, key=secrets.token_hex(32)).key
-        except IntegrityError:  # another process made it first
-            key = SigningKey.objects.get(name=KEY_NAME).key
-    return key.encode()
+#: The prefix of a :class:`SigningKey` that holds the salt of a rotated agent's key.
+ROTATED = "agent:"
+#: How long a process keeps the salts it read.
+SALT_SECONDS = 5.0
+_salts = {}  # name -> (salt, when read)
 
 
-def attempt_secret(operation_id, attempt, agent) -> str:
-    """The secret of ``attempt`` of the operation, sent to ``agent``."""
-    message = f"{operation_id}.{int(attempt)}.{agent}".encode()
-    return hmac.new(_key(), message, hashlib.sha256).hexdigest()
+def agent_keys(names) -> dict[str, str]:
+    """The key of each agent of ``names`` (one query for the salts this process does not hold)."""
+    names = set(names)
+    now = time.monotonic()
+    stale = [name for name in names if name not in _salts or now - _salts[name][1] > SALT_SECONDS]
+    if stale:
+        found = dict(SigningKey.objects.filter(name__in=[ROTATED + name for name in stale]).values_list("name", "key"))
+        for name in stale:
+            _salts[name] = (found.get(ROTATED + name, ""), now)
+    return {name: keys.derive(name, _salts[name][0]) for name in names}
 
 
-def is_attempt_secret(secret, operation_id, attempt, agent) -> bool:
-    """Whether ``secret`` is the one :func:`attempt_secret` made for these (in constant time)."""
-    return isinstance(secret, str) and hmac.compare_digest(secret, attempt_secret(operation_id, attempt, agent))
+def agent_key(name) -> str:
+    return agent_keys([name])[name]
+
+
+def rotate(name) -> str:
+    """Give agent ``name`` a new key (the old one proves nothing from now on); returns it."""
+    SigningKey.objects.update_or_create(name=ROTATED + name, defaults={"key": secrets.token_hex(16)})
+    _salts.pop(name, None)
+    return agent_key(name)
+
+
+def forget():
+    """Read the salts again at the next use (a test that changed them behind this process' back)."""
+    _salts.clear()

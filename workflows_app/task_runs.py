@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils.module_loading import import_string
 
-from workflows_app import registry, tasks_framework
+from workflows_app import registry, tasks_framework, values
 from workflows_app.errors import NonRecoverableError, ParameterError, RegistrationError
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.states import EventType, ExecutionStatus, OperationState
@@ -116,11 +116,20 @@ def check_parameters(parameters):
     if backend.queues and queue not in backend.queues:
         raise ParameterError(f"parameter 'queue_name': the backend {backend.alias!r} takes the queues "
                              f"{', '.join(sorted(backend.queues))}, not {queue!r}")
+    check_queue_name(queue, "parameter 'queue_name'")
 
 
 def agent_of(queue_name) -> str | None:
     """The agent queue of a task's ``queue_name``: the manager's for the framework's default queue."""
     return None if queue_name == tasks_framework.DEFAULT_TASK_QUEUE_NAME else queue_name
+
+
+def check_queue_name(queue_name, place=""):
+    """``ValueRefused`` (naming ``place``) unless a task's ``queue_name`` names the managers (the
+    framework's default queue) or a name an agent can have (``values.check_agent_name``)."""
+    agent = agent_of(queue_name)
+    if agent:  # "", as no agent: the managers
+        values.check_agent_name(agent, place)
 
 
 def resolve(path):

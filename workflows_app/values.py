@@ -16,10 +16,14 @@ response could not hold it, or when it is too big to be handled safely:
 
 Text that is stored as text rather than JSON (an error's message, an execution's error) is not
 refused but cleaned by :func:`clean_text`: a failure must always be recordable.
+
+An agent's name is a queue's name on the broker, which the broker and Celery share with names of
+their own: :func:`check_agent_name` is its one check, at every door that takes one.
 """
 
 import json
 import math
+import re
 
 from workflows_app.conf import workflows_settings
 from workflows_app.errors import ValueRefused
@@ -151,3 +155,74 @@ def clean_error(error):
         else:
             cleaned[key] = clean_text(repr(item))
     return cleaned
+
+
+# --- agent names ------------------------------------------------------------------------------
+
+#: What an agent name is made of: ASCII letters, digits, ``.``, ``_`` and ``-``, starting with a
+#: letter or a digit. So it is a queue name on RabbitMQ and Redis as it is, a RabbitMQ permission's
+#: regular expression once escaped, a directory's name (``agents.worker.local``), a command's
+#: argument (never an option), and a Celery node name's first part (``NAME@host``).
+AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Longest agent name: its workers' reply queues, ``NAME.replies.<host>.<pid>``, must fit in
+#: ``wire.MAX_NAME`` (200) with a host name of 64 characters.
+MAX_AGENT_NAME = 100
+#: Names the broker, Celery and the managers keep for themselves: (how a name is matched, the
+#: text, why). ``prefix``: it starts with the text; ``suffix``: ends with it; ``part``: has it
+#: inside; ``name``: is it. The managers' own (the management queue and what starts with it) are
+#: read from the settings (:func:`agent_name_problem`).
+RESERVED_AGENT_NAMES = (
+    ("prefix", "celery", "Celery's own names start with 'celery' (its default queue 'celery', its remote control "
+                         "'celery.pidbox', its events 'celeryev')"),
+    ("suffix", ".pidbox", "the names of Celery's remote control end with '.pidbox'"),
+    ("prefix", "amq.", "RabbitMQ keeps the names that start with 'amq.'"),
+    ("part", ".replies.", "'.replies.' is in the names of the agents' reply queues (NAME.replies.<host>.<pid>)"),
+    ("name", "unacked", "the Redis transport keeps 'unacked', 'unacked_index' and 'unacked_mutex'"),
+    ("name", "unacked_index", "the Redis transport keeps 'unacked', 'unacked_index' and 'unacked_mutex'"),
+    ("name", "unacked_mutex", "the Redis transport keeps 'unacked', 'unacked_index' and 'unacked_mutex'"),
+)
+_MATCH = {"prefix": str.startswith, "suffix": str.endswith, "part": str.__contains__, "name": str.__eq__}
+
+
+def agent_name_problem(name) -> str | None:
+    """Why ``name`` cannot be an agent's name (a queue's, on the broker), or None: see
+    :data:`AGENT_NAME`, :data:`MAX_AGENT_NAME` and :data:`RESERVED_AGENT_NAMES`; and the managers'
+    own names, ``WORKFLOWS["MANAGEMENT_QUEUE"]`` and every name that starts with it and a dot (its
+    reports queue and exchange, ``.reports`` and ``.reporting``)."""
+    if not isinstance(name, str):
+        return f"an agent name is a string, not {type(name).__name__}"
+    if not name:
+        return "an agent name may not be empty"
+    if len(name) > MAX_AGENT_NAME:
+        return f"{len(name)} characters, more than the {MAX_AGENT_NAME} an agent name may have"
+    if not AGENT_NAME.fullmatch(name):
+        return ("an agent name has ASCII letters, digits, '.', '_' and '-' only, and starts with a letter "
+                "or a digit")
+    management = workflows_settings.MANAGEMENT_QUEUE
+    if name == management:
+        return ("it is the managers' queue (WORKFLOWS['MANAGEMENT_QUEUE']): a step that names no agent runs on "
+                "a manager")
+    if name.startswith(management + "."):
+        return f"the names that start with '{management}.' are the managers' (their reports)"
+    for how, text, why in RESERVED_AGENT_NAMES:
+        if _MATCH[how](name, text):
+            return why
+    return None
+
+
+def check_agent_name(name, place: str = "") -> str:
+    """``name`` if it can be an agent's name; else ``ValueRefused`` naming ``place`` (a step, a
+    parameter) and saying, on one line, which name and why: ``invalid agent name 'celery.pidbox':
+    ...`` (its ``reason``, which a command prints as its error)."""
+    problem = agent_name_problem(name)
+    if problem is not None:
+        raise ValueRefused(place, f"invalid agent name {shown_name(name)}: {problem}")
+    return name
+
+
+def shown_name(name) -> str:
+    """``name`` as one line of a message, quoted: a newline, a NUL or a lone surrogate escaped,
+    cut after 100 characters."""
+    if not isinstance(name, str):
+        return repr(name)[:100]
+    return repr(name[:100]) + ("..." if len(name) > 100 else "")

@@ -12,11 +12,16 @@ fencing refuses them, as the operations are already ``cancelled``.
 The handler runs in the worker's main process, never in a pool process, so it can signal a pool
 process that is busy; Celery replaces a pool process that died.
 
-Anyone who may publish to the broker may broadcast this command, so what arrives is checked before
-it is used: an attempt is an operation id (a UUID) and a positive int, a dispatcher an execution id
-(a UUID), the grace a number of seconds up to a day; anything else is ignored and logged. Even a valid
-key is only compared with the names of the records this worker wrote (``local.recorded_groups``):
-it never becomes a path, and only a process group a record holds is ever signalled.
+Anyone who may publish to the broker may broadcast these commands, so what arrives is checked
+before it is used. Each attempt a command names comes as ``[operation id, attempt, agent, proof]``:
+the proof, under the key of the agent it names, that a manager asks this of that attempt
+(``workflows_app.wire.keys``). A worker acts on the attempts proved for itself, passes over those
+of other agents, and ignores (and logs) one of its own with no valid proof: a forged kill stops
+nothing. A dispatcher's kill carries the proof for the managers' name. The grace is a number of
+seconds up to a day, or this worker's own. Even a proved key is only compared with the names of
+the records this worker wrote (``local.recorded_groups``): it never becomes a path, and only a
+process group a record holds is ever signalled. What this worker runs is answered with a proof
+of its own, for the question's nonce.
 """
 
 import logging
@@ -32,6 +37,7 @@ from celery.worker.control import control_command
 from agents.worker import link, local
 from workflows_app import wire
 from workflows_app.conf import workflows_settings
+from workflows_app.wire import keys
 from workflows_app.broker import CANCEL_COMMAND, KILL_COMMAND, RESEND_COMMAND, RUNNING_COMMAND
 
 logger = logging.getLogger(__name__)
@@ -44,49 +50,54 @@ MAX_GRACE_SECONDS = 86400.0
 
 @control_command(
     name=KILL_COMMAND,
-    args=[("execution_id", str), ("attempts", list), ("dispatcher", bool), ("grace", float)],
-    signature="<execution_id> [attempts] [dispatcher] [grace]",
+    args=[("execution_id", str), ("attempts", list), ("dispatcher", str), ("grace", float)],
+    signature="<execution_id> [attempts] [dispatcher proof] [grace]",
 )
-def switchyard_kill(state, execution_id=None, attempts=None, dispatcher=False, grace=None, **kwargs):
+def switchyard_kill(state, execution_id=None, attempts=None, dispatcher=None, grace=None, **kwargs):
     """SIGTERM the process groups of an execution's attempts (and dispatcher), SIGKILL after grace."""
-    keys = attempt_keys(attempts)
-    if dispatcher is True:
+    found = attempt_keys(attempts, keys.Purpose.KILL)
+    if dispatcher:
         execution = canonical_uuid(execution_id)
-        if execution is None:
-            logger.warning("kill: ignored the dispatcher of a malformed execution id %s", reprlib.repr(execution_id))
+        if execution is None or not keys.proven(dispatcher, link.own_key(), keys.Purpose.KILL_DISPATCHER, execution_id):
+            logger.warning("kill: ignored the dispatcher of execution %s: not a manager's request",
+                           reprlib.repr(execution_id))
         else:
-            keys.add(local.dispatcher_key(execution))
-    signalled = terminate(keys, grace_seconds(grace))
+            found.add(local.dispatcher_key(execution))
+    signalled = terminate(found, grace_seconds(grace))
     return {"ok": {"signalled": signalled, "agent": local.name()}}
 
 
-def attempt_keys(attempts) -> set[str]:
-    """The record keys (``local.attempt_key``) of the well-formed attempts of ``attempts``: pairs
-    of an operation id (a UUID) and an attempt (an int from 1 to MAX_ATTEMPT). The others are
-    ignored, and logged once for the whole list."""
+def attempt_keys(attempts, purpose) -> set[str]:
+    """The record keys (``local.attempt_key``) of the attempts of ``attempts`` proved for this
+    agent and ``purpose``: ``[operation id (a UUID), attempt (an int from 1 to MAX_ATTEMPT), agent,
+    proof]``. Those of other agents are passed over; the others are ignored, and logged once."""
     if attempts is None:
         return set()
     if not isinstance(attempts, (list, tuple)):
-        logger.warning("kill: ignored attempts that are not a list: %s", reprlib.repr(attempts))
+        logger.warning("%s: ignored attempts that are not a list: %s", purpose, reprlib.repr(attempts))
         return set()
-    keys, ignored = set(), []
+    found, ignored = set(), []
     for entry in attempts:
-        key = _attempt_key(entry)
+        if isinstance(entry, (list, tuple)) and len(entry) == 4 and entry[2] != local.name() and isinstance(entry[2], str):
+            continue  # another agent's
+        key = _attempt_key(entry, purpose)
         if key is None:
             ignored.append(entry)
         else:
-            keys.add(key)
+            found.add(key)
     if ignored:
-        logger.warning("kill: ignored %d malformed attempt(s) of %d: %s", len(ignored), len(attempts),
-                       reprlib.repr(ignored))
-    return keys
+        logger.warning("%s: ignored %d attempt(s) of %d, malformed or not proved by a manager: %s", purpose,
+                       len(ignored), len(attempts), reprlib.repr(ignored))
+    return found
 
 
-def _attempt_key(entry):
-    if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+def _attempt_key(entry, purpose):
+    if not isinstance(entry, (list, tuple)) or len(entry) != 4:
         return None
     operation_id, attempt = canonical_uuid(entry[0]), entry[1]
     if operation_id is None or type(attempt) is not int or not 0 < attempt <= MAX_ATTEMPT:
+        return None
+    if not keys.proven(entry[3], link.own_key(), purpose, [entry[0], attempt]):
         return None
     return local.attempt_key(operation_id, attempt)
 
@@ -116,16 +127,19 @@ def grace_seconds(grace) -> float:
 def switchyard_cancel(state, attempts=None, **kwargs):
     """Ask the attempts this worker runs among ``attempts`` to stop: ``ctx.is_cancelled()`` is
     true in them from now on (the operation decides what to do about it)."""
-    asked = local.request_cancel(attempt_keys(attempts))
+    asked = local.request_cancel(attempt_keys(attempts, keys.Purpose.CANCEL))
     return {"ok": {"asked": asked, "agent": local.name()}}
 
 
-@control_command(name=RUNNING_COMMAND)
-def switchyard_running(state, **kwargs):
+@control_command(name=RUNNING_COMMAND, args=[("nonce", str)], signature="<nonce>")
+def switchyard_running(state, nonce="", **kwargs):
     """What this worker runs now: its agent name, this run's incarnation and the operation
-    attempts its pool processes run (keys ``<operation id>.<attempt>``). A manager that starts
-    asks every worker, to tell the operations still running from those lost."""
-    return {"ok": {"agent": local.name(), "incarnation": local.incarnation(), "running": local.running_attempts()}}
+    attempts its pool processes run (keys ``<operation id>.<attempt>``), proved for the question's
+    ``nonce``. A manager that starts asks every worker, to tell the operations still running from
+    those lost."""
+    answer = {"agent": local.name(), "incarnation": local.incarnation(), "running": local.running_attempts()}
+    proof = keys.prove(link.own_key(), keys.Purpose.RUNNING, {**answer, "nonce": str(nonce)[:64]})
+    return {"ok": {**answer, "proof": proof}}
 
 
 #: An outcome is sent again only when its attempt ended here at least this long ago: one that
@@ -141,12 +155,12 @@ def switchyard_resend_outcomes(state, attempts=None, **kwargs):
     to one consumer, and a manager killed at that moment takes it with it). Storing an outcome
     twice changes nothing."""
     resent = []
-    for key in sorted(attempt_keys(attempts)):
+    for key in sorted(attempt_keys(attempts, keys.Purpose.RESEND)):
         report = local.kept_outcome(key, ended_before=RESEND_AFTER_SECONDS)
         if report is None:
             continue
         try:
-            link.report(wire.Kind.OUTCOME, **report)
+            link.report(wire.Kind.OUTCOME, **{name: value for name, value in report.items() if name != "secret"})
         except link.Unreachable as exc:
             logger.warning("could not send again the outcome of %s: %s", key, exc)
             break
@@ -167,13 +181,12 @@ def terminate(keys, grace) -> list[str]:
     for key, pgid in local.recorded_groups(keys).items():
         if pgid == os.getpgrp() or not local.group_alive(pgid):
             continue
-        secret = local.secret_of(key)  # before the signal: the attempt's record goes with its process
         local.signal_group(pgid, signal.SIGTERM)
-        targets.append((key, pgid, secret))
+        targets.append((key, pgid))
     if targets:
-        logger.warning("kill: SIGTERM to %s; SIGKILL in %ss to what is left", [k for k, _, _ in targets], grace)
+        logger.warning("kill: SIGTERM to %s; SIGKILL in %ss to what is left", [k for k, _ in targets], grace)
         threading.Thread(target=_watch, args=(targets, grace), name="switchyard-kill", daemon=True).start()
-    return [key for key, _, _ in targets]
+    return [key for key, _ in targets]
 
 
 #: How often the kill looks whether a signalled group is gone, and how long after SIGKILL.
@@ -183,9 +196,9 @@ AFTER_SIGKILL_SECONDS = 2.0
 
 def _watch(targets, grace):
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid, _ in targets):
+    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid in targets):
         time.sleep(WATCH_SECONDS)
-    for key, pgid, _ in targets:
+    for key, pgid in targets:
         # The record outlives a leader that died of the SIGTERM (it never reached mark_done), so
         # the group's stragglers are found here. A record that is gone means the attempt ended by
         # itself and its pool process may run something else now: it is left alone.
@@ -193,10 +206,10 @@ def _watch(targets, grace):
             local.signal_group(pgid, signal.SIGKILL)
             local.mark_done(key)
     deadline = time.monotonic() + AFTER_SIGKILL_SECONDS
-    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid, _ in targets):
+    while time.monotonic() < deadline and any(local.group_running(pgid) for _, pgid in targets):
         time.sleep(WATCH_SECONDS)
-    gone = [[*attempt, secret] for attempt, secret in
-            ((local.parse_attempt_key(key), secret) for key, pgid, secret in targets if not local.group_running(pgid))
+    gone = [list(attempt) for attempt in
+            (local.parse_attempt_key(key) for key, pgid in targets if not local.group_running(pgid))
             if attempt is not None]
     if gone:
         try:

@@ -29,8 +29,10 @@ logger = logging.getLogger(__name__)
 
 def begin(name, *, register=True, concurrency=None) -> str:
     """Start a run of ``name``: a new incarnation id in this process' environment (inherited
-    by its pool processes); for an agent, its registration and the clean-up of its earlier runs."""
-    incarnation = uuid.uuid4().hex
+    by its pool processes); for an agent, its registration and the clean-up of its earlier runs.
+    An incarnation begins with the time the run began (16 hexadecimal digits of nanoseconds, then
+    a dot), so that the managers tell a later run's registration from a replayed earlier one."""
+    incarnation = f"{time.time_ns():016x}.{uuid.uuid4().hex[:15]}"
     os.environ[local.NAME_ENV] = name
     os.environ[local.INCARNATION_ENV] = incarnation
     if register:
@@ -204,8 +206,7 @@ def hand_back(keys, reason):
         if attempt is None:
             continue  # a dispatcher: its message goes back to the queue
         try:
-            link.report(wire.Kind.LOST, operation=attempt[0], attempt=attempt[1], secret=local.secret_of(key),
-                        message=reason)
+            link.report(wire.Kind.LOST, operation=attempt[0], attempt=attempt[1], message=reason)
         except Exception:
             logger.exception("could not hand back %s", key)
     terminate(keys, float(workflows_settings.KILL_GRACE_SECONDS))

@@ -2,6 +2,9 @@
 (``workflows_app.wire``) and the answers to its claims. Agents hold no database credentials; a
 manager's own pool processes use the same line, so an operation runs the same way wherever it runs.
 
+Every report carries its proof under the agent's key (:func:`signed`); an answer to a claim is
+taken only with the managers' proof for this agent: anyone may publish to a reply queue.
+
 Each process has its own connection (a pool process makes one after the fork; the threads of a
 main process — heartbeat, kill, shutdown — share one under a lock). A report is in the broker's
 hands when :func:`report` returns: on RabbitMQ the connection uses publisher confirms, on Redis the
@@ -22,6 +25,7 @@ import kombu
 from agents.worker import local
 from workflows_app import broker, wire
 from workflows_app.conf import workflows_settings
+from workflows_app.wire import keys
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +36,12 @@ PUBLISH_RETRIES = 20
 CLAIM_MARGIN_SECONDS = 10.0
 #: The longest pause between two of them.
 PUBLISH_RETRY_MAX_SECONDS = 2.0
+#: A claim with no answer yet is sent again after this long, then after twice as long each time,
+#: up to CLAIM_RESEND_MAX_SECONDS: a claim or its answer can be lost on the way (an answer is not
+#: persistent, a broker restarts, a manager's answer fails to publish), and the pool process would
+#: otherwise wait the claim's whole timeout.
+CLAIM_RESEND_SECONDS = 5.0
+CLAIM_RESEND_MAX_SECONDS = 30.0
 
 
 class Unreachable(Exception):
@@ -72,7 +82,7 @@ class Link:
     def report(self, kind, **fields):
         """Publish a report of ``kind`` for this run of this agent; returns once the broker has it.
         :class:`Unreachable` when it does not take it."""
-        body = {"kind": str(kind), "agent": local.name(), "incarnation": local.incarnation(), **fields}
+        body = signed(kind, **fields)
         with self.lock:
             connection = self._connect()
             try:
@@ -85,20 +95,26 @@ class Link:
                 raise Unreachable(f"the broker did not take a {kind} report: {exc}") from exc
 
     # --- claims ------------------------------------------------------------------------------
-    def claim(self, operation_id, attempt, secret, timeout):
+    def claim(self, operation_id, attempt, timeout):
         """Ask the managers whether this delivery may start the attempt; their answer (a dict with
-        a ``verdict``), or None when none came within ``timeout`` seconds."""
+        a ``verdict``), or None when none came within ``timeout`` seconds. The claim is sent again
+        (the same claim: the first answer is taken) while no answer comes (CLAIM_RESEND_SECONDS)."""
         with self.lock:
             self.waiting, self.answer = uuid.uuid4().hex, None
             try:
-                self._listen()
-                self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt, secret=secret,
-                            pid=os.getpid(), reply_to=self.reply_to, id=self.waiting)
-                self._listen()  # again, if the publish had to connect anew
                 deadline = time.monotonic() + timeout
+                pause, resend_at = CLAIM_RESEND_SECONDS, 0.0
                 while self.answer is None and time.monotonic() < deadline:
+                    if time.monotonic() >= resend_at:
+                        self._listen()
+                        self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt,
+                                    pid=os.getpid(), reply_to=self.reply_to, id=self.waiting)
+                        self._listen()  # again, if the publish had to connect anew
+                        resend_at = time.monotonic() + pause
+                        pause = min(2 * pause, CLAIM_RESEND_MAX_SECONDS)
                     try:
-                        self.connection.drain_events(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
+                        self.connection.drain_events(
+                            timeout=min(1.0, max(0.01, min(deadline, resend_at) - time.monotonic())))
                     except socket.timeout:
                         continue
                 return self.answer
@@ -129,7 +145,21 @@ class Link:
     def _on_answer(self, body, message):
         # An answer to an earlier claim that came too late is not this one's: dropped.
         if isinstance(body, dict) and self.waiting is not None and body.get("id") == self.waiting:
-            self.answer = body
+            if keys.proven(body.get("proof"), own_key(), keys.Purpose.ANSWER, keys.without_proof(body)):
+                self.answer = keys.without_proof(body)
+            else:
+                logger.warning("ignored an answer to claim %s that no manager proved", self.waiting)
+
+
+def own_key() -> str:
+    return keys.own_key(local.name())
+
+
+def signed(kind, **fields) -> dict:
+    """The report of ``kind`` for this run of this agent, with its proof."""
+    body = {"kind": str(kind), "agent": local.name(), "incarnation": local.incarnation(), **fields}
+    body["proof"] = keys.prove(own_key(), keys.Purpose.REPORT, body)
+    return body
 
 
 def _refuse(message, exc):
@@ -151,7 +181,7 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 @contextmanager
 def through(line):
     """Inside the block this process' reports and claims go to ``line`` instead of the broker:
-    its ``report(kind, **fields)`` and ``claim(operation_id, attempt, secret, timeout)``, as a
+    its ``report(kind, **fields)`` and ``claim(operation_id, attempt, timeout)``, as a
     :class:`Link`'s (the test harness hands them to the managers' intake in the same process)."""
     global _link
     kept, _link = _link, line
@@ -166,9 +196,9 @@ def report(kind, **fields):
     _link.report(kind, **fields)
 
 
-def claim(operation_id, attempt, secret, timeout):
+def claim(operation_id, attempt, timeout):
     """:meth:`Link.claim` on this process' link."""
-    return _link.claim(operation_id, attempt, secret, timeout)
+    return _link.claim(operation_id, attempt, timeout)
 
 
 def claim_seconds() -> float:

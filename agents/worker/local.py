@@ -82,13 +82,12 @@ def running_attempts() -> list[str]:
     return [key for key in running_keys() if not key.startswith(DISPATCHER_PREFIX)]
 
 
-def mark_running(key, secret=""):
-    """Record that this process (the leader of its own process group) runs ``key`` — with the
-    attempt's secret, which the reports about it made by another thread of the worker carry (a
-    kill's, a shutdown's). Every operation and every dispatcher pass does: the directory is made
-    only when the file cannot be written without it."""
+def mark_running(key):
+    """Record that this process (the leader of its own process group) runs ``key``. Every
+    operation and every dispatcher pass does: the directory is made only when the file cannot be
+    written without it."""
     path = _running_path() / key
-    text = f"{os.getpgrp()}\n{secret}"
+    text = f"{os.getpgrp()}\n"
     try:
         path.write_text(text)
     except FileNotFoundError:
@@ -111,7 +110,7 @@ def mark_done(key):
 
 
 def remember_outcome(key, report):
-    """Keep the outcome report of attempt ``key`` (its fields, the attempt's secret among them) with
+    """Keep the outcome report of attempt ``key`` (its fields) with
     its finished record, once the broker took it: :func:`kept_outcome` gives it back when the
     managers ask for it again (``agents.worker.control``): a report can be lost after the broker
     took it, when it is handed to a manager that dies before it stored it."""
@@ -151,15 +150,6 @@ def forget_finished(agent_name=None, older_than=FINISHED_KEEP_SECONDS):
                 entry.unlink(missing_ok=True)
         except OSError:
             pass
-
-
-def secret_of(key) -> str:
-    """The secret recorded with the attempt ``key`` (one this worker made or listed itself)."""
-    try:
-        lines = (running_dir() / key).read_text().splitlines()
-    except OSError:
-        return ""
-    return lines[1] if len(lines) > 1 else ""
 
 
 def _cancel_path(agent_name=None) -> Path:

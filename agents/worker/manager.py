@@ -218,8 +218,9 @@ class DailyPurge:
 
 
 def ask_workers(timeout=REPLY_SECONDS) -> dict:
-    """incarnation -> the attempt keys that worker runs, from every worker that answers."""
-    return {answer["incarnation"]: set(answer.get("running") or ())
+    """(agent, incarnation) -> the attempt keys that worker runs, from every worker that answers
+    with its agent's proof: one agent cannot answer for another's run."""
+    return {(answer["agent"], answer["incarnation"]): set(answer.get("running") or ())
             for answer in broker.ask_running(timeout) if answer.get("incarnation")}
 
 
@@ -230,7 +231,7 @@ def reconcile_started(started, answers) -> int:
     claimed_since = timezone.now() - timedelta(seconds=link.claim_seconds())
     lost = 0
     for operation in started:
-        running = answers.get(operation.incarnation)
+        running = answers.get((operation.agent, operation.incarnation))
         if running is not None and local.attempt_key(operation.pk, operation.attempt) in running:
             continue  # still running: awaited
         if running is None and operation.incarnation and heart_beating.get(operation.agent) == operation.incarnation:

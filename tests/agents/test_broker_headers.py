@@ -19,6 +19,7 @@ from workflows_app.engine import progress
 from workflows_app.models import Execution, Operation
 from workflows_app.states import OperationState
 from workflows_app.tasks import advance
+from workflows_app.wire import keys
 
 EXECUTION_ID = uuid.UUID("0b6f4f53-5a1e-4c47-9a43-2f0c1c6f1a10")
 
@@ -145,7 +146,7 @@ def _execution_reads(operations):
 
 
 def test_naming_costs_one_query_per_batch_not_one_per_operation(app, make_execution, make_operation):
-    signing.attempt_secret(uuid.uuid4(), 1, "host")  # the signing key, made once per database (and kept)
+    signing.agent_key("management")  # the agent's key: read once, then kept a few seconds
 
     def loaded(n):
         ops = [make_operation(OperationState.SENDING, make_execution(workflow_id=f"wf{i}"), attempt=1) for i in range(n)]
@@ -242,10 +243,10 @@ def test_through_celerys_own_send_path_the_message_and_its_sent_event_name_the_s
     assert message["headers"]["shadow"] == event["name"] == "example › vm (create_vm)"
     assert message["headers"]["argsrepr"] == event["args"] == f"(execution='{op.execution_id}', step='vm', attempt=2)"
     assert ast.literal_eval(message["headers"]["kwargsrepr"])["step"] == "vm"
-    secret = signing.attempt_secret(op.pk, 2, op.agent)
-    assert body[0] == [str(op.pk), 2] and body[1] == {"secret": secret}, "the attempt's secret travels in its kwargs"
+    proof = keys.prove(signing.agent_key(op.agent), keys.Purpose.OPERATION, [str(op.pk), 2])
+    assert body[0] == [str(op.pk), 2] and body[1] == {"proof": proof}, "the managers' proof for its agent, no secret"
     shown = [message["headers"]["argsrepr"], message["headers"]["kwargsrepr"], repr(event)]
-    assert not any(secret in text for text in shown), "and nothing Flower or a log shows holds it"
+    assert not any(proof in text for text in shown), "and nothing Flower or a log shows holds it"
 
 
 def test_through_celerys_own_send_path_an_advance_publishes_its_message_and_no_event(monkeypatch):

@@ -30,11 +30,11 @@ def state_dir(tmp_path, monkeypatch):
 
 def record(pgid, attempt=1):
     """What ``local.mark_running`` writes in the pool process of process group ``pgid``."""
-    (local.running_dir() / local.attempt_key(OPERATION, attempt)).write_text(f"{pgid}\nsecret")
+    (local.running_dir() / local.attempt_key(OPERATION, attempt)).write_text(f"{pgid}\n")
 
 
 def test_an_attempt_that_finished_here_is_not_lost_though_its_outcome_is_not_stored_yet():
-    local.mark_running(local.attempt_key(OPERATION, 1), "secret")
+    local.mark_running(local.attempt_key(OPERATION, 1))
     local.mark_done(local.attempt_key(OPERATION, 1))
     started = time.monotonic()
     assert local.earlier_delivery(OPERATION, 1, settle_seconds=5) is Delivery.FINISHED
@@ -42,6 +42,7 @@ def test_an_attempt_that_finished_here_is_not_lost_though_its_outcome_is_not_sto
     assert local.earlier_delivery(OPERATION, 2, settle_seconds=0.1) is Delivery.NEVER_RAN, "another attempt is not that one"
 
 
+@pytest.mark.processes
 def test_an_attempt_running_in_another_live_process_is_not_lost():
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
@@ -58,6 +59,7 @@ def test_a_record_of_this_very_process_is_a_delivery_that_died_in_it():
     assert local.earlier_delivery(OPERATION, 1, settle_seconds=5) is Delivery.DIED
 
 
+@pytest.mark.processes
 def test_the_delivery_answered_run_at_the_same_moment_is_waited_for():
     """No record yet: the delivery that was answered "run" in the same batch of answers may not
     have written it; it is waited for, up to the settling time, and then it counts."""

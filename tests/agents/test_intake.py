@@ -1,6 +1,6 @@
 """The managers' intake (``agents.intake.take``): what agents report enters the database only when
-it is well formed and carries the secret of its attempt for the agent that reports it; reports are
-stored in batches, in any order, any number of times."""
+it is well formed and proved with the key of the agent that reports it, and is about an attempt
+sent to that agent; reports are stored in batches, in any order, any number of times."""
 
 import logging
 import uuid
@@ -14,21 +14,28 @@ from agents.models import Agent
 from workflows_app import signing, wire
 from workflows_app.models import Event, Operation
 from workflows_app.states import EventType, ExecutionStatus, OperationState
+from workflows_app.wire import keys
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("outbox")]
 
 AGENT = "host-1"
 
 
-def signed(kind, operation, attempt=None, agent=AGENT, secret=None, **fields):
+def prove(body, agent=None):
+    """``body`` with its proof under the key of ``agent`` (by default the one it names)."""
+    body = keys.without_proof(body)
+    return {**body, "proof": keys.prove(signing.agent_key(agent or body["agent"]), keys.Purpose.REPORT, body)}
+
+
+def signed(kind, operation, attempt=None, agent=AGENT, **fields):
     attempt = operation.attempt if attempt is None else attempt
     body = {"kind": kind, "agent": agent, "incarnation": "run-1", "operation": str(operation.pk), "attempt": attempt,
-            "secret": signing.attempt_secret(operation.pk, attempt, AGENT) if secret is None else secret, **fields}
+            **fields}
     if kind == "claim":
         body.setdefault("pid", 1)
         body.setdefault("reply_to", wire.reply_queue(agent, "box", 1))
         body.setdefault("id", "c1")
-    return body
+    return prove(body)
 
 
 def success(operation, result="done", **options):
@@ -40,26 +47,40 @@ def started(make_operation):
     return make_operation(OperationState.STARTED, agent=AGENT, attempt=1, incarnation="run-1", started_at=timezone.now())
 
 
-def test_an_outcome_with_its_secret_is_stored(started):
+def test_a_proved_outcome_is_stored(started):
     assert intake.take([success(started)]) == []
     started.refresh_from_db()
     assert (started.state, started.result) == (OperationState.SUCCEEDED, "done")
 
 
-@pytest.mark.parametrize("forgery", [
-    {"secret": "0" * 64},  # a guess
-    {"agent": "host-2"},  # another agent speaking for host-1's operation with host-1's secret
-    {"attempt": 2},  # the secret of attempt 1 for another attempt
-])
-def test_a_forged_outcome_changes_nothing_and_is_logged(started, forgery, caplog):
-    body = success(started, result="forged")
-    body.update(forgery)
+@pytest.mark.parametrize("forge", [
+    lambda body: {**body, "proof": "0" * 64},  # a guess
+    lambda body: prove(body, agent="host-2"),  # another agent's key, speaking for host-1
+    lambda body: {**body, "attempt": 2},  # host-1's proof of attempt 1, for another attempt
+    lambda body: {**body, "result": "forged"},  # a proved report, its result changed
+    lambda body: {**body, "proof": body["proof"].upper()},  # not a proof's form
+    lambda body: {**body, "proof": keys.prove(signing.agent_key(AGENT), keys.Purpose.ANSWER, keys.without_proof(body))},
+], ids=["guess", "other-agents-key", "other-attempt", "changed", "upper-case", "proof-of-another-purpose"])
+def test_a_forged_outcome_changes_nothing_and_is_logged(started, forge, caplog):
+    body = forge(success(started, result="done"))
     with caplog.at_level(logging.WARNING, logger="agents.intake"):
         intake.take([body])
     started.refresh_from_db()
     assert (started.state, started.result) == (OperationState.STARTED, None)
     assert not Event.objects.filter(execution_id=started.execution_id, type=EventType.STALE_REPORT).exists()
-    assert "not the attempt's secret for that agent" in caplog.text
+    assert "not proved with that agent's key" in caplog.text or "report refused: proof" in caplog.text
+
+
+def test_a_rotated_key_proves_nothing_and_the_new_one_does(started, caplog):
+    old = success(started)
+    signing.rotate(AGENT)
+    with caplog.at_level(logging.WARNING, logger="agents.intake"):
+        intake.take([old])
+    started.refresh_from_db()
+    assert started.state == OperationState.STARTED and "not proved with that agent's key" in caplog.text
+    intake.take([success(started)])  # proved anew, with the key rotate made
+    started.refresh_from_db()
+    assert started.state == OperationState.SUCCEEDED
 
 
 def test_a_report_for_an_operation_that_does_not_exist_changes_nothing_and_is_logged(started, caplog):
@@ -72,18 +93,31 @@ def test_a_report_for_an_operation_that_does_not_exist_changes_nothing_and_is_lo
 
 @pytest.mark.parametrize("body", [
     "not an object", [], {}, {"kind": "nonsense", "agent": AGENT, "incarnation": ""},
-    {"kind": "outcome", "agent": AGENT, "incarnation": "", "operation": "not-a-uuid", "attempt": 1, "secret": ""},
-    {"kind": "outcome", "agent": "", "incarnation": "", "operation": str(uuid.uuid4()), "attempt": 1, "secret": ""},
-    {"kind": "heartbeat", "agent": AGENT},
-    {"kind": "gone", "agent": AGENT, "incarnation": "", "attempts": [["x", 1]]},
-    {"kind": "claim", "agent": AGENT, "incarnation": "", "operation": str(uuid.uuid4()), "attempt": True, "secret": ""},
-    {"kind": "outcome", "agent": AGENT, "incarnation": "", "operation": str(uuid.uuid4()), "attempt": 1, "secret": "",
-     "outcome": "failed", "error": {"type": "X", "message": 7}},
-])
+    lambda: prove({"kind": "outcome", "agent": AGENT, "incarnation": "", "operation": "not-a-uuid", "attempt": 1}),
+    {"kind": "outcome", "agent": "", "incarnation": "", "operation": str(uuid.uuid4()), "attempt": 1, "proof": "0" * 64},
+    {"kind": "heartbeat", "agent": AGENT, "proof": "0" * 64},
+    lambda: prove({"kind": "gone", "agent": AGENT, "incarnation": "", "attempts": [["x", 1]]}),
+    lambda: prove({"kind": "claim", "agent": AGENT, "incarnation": "", "operation": str(uuid.uuid4()), "attempt": True}),
+    lambda: prove({"kind": "outcome", "agent": AGENT, "incarnation": "", "operation": str(uuid.uuid4()), "attempt": 1,
+                   "outcome": "failed", "error": {"type": "X", "message": 7}}),
+    # An error larger than MAX_PAYLOAD_BYTES (stored, it was served past the limit).
+    lambda: prove({"kind": "outcome", "agent": AGENT, "incarnation": "", "operation": str(uuid.uuid4()), "attempt": 1,
+                   "outcome": "failed", "error": {"type": "X", "message": "x" * (2 * 1024 * 1024 + 1)}}),
+    # A heartbeat that carries more than a heartbeat (one of 40 MB doubled a manager's memory).
+    lambda: prove({"kind": "heartbeat", "agent": AGENT, "incarnation": "", "padding": "x" * 100}),
+    # Not a proof: other characters (non-ASCII ones raised a traceback and sent the batch round
+    # again one by one), another length, none, and the secret reports carried before proofs.
+    lambda: {**success(Operation(pk=uuid.uuid4(), attempt=1)), "proof": "é" * 64},
+    lambda: {**success(Operation(pk=uuid.uuid4(), attempt=1)), "proof": "0" * 63},
+    lambda: keys.without_proof(success(Operation(pk=uuid.uuid4(), attempt=1))),
+    lambda: prove({**keys.without_proof(success(Operation(pk=uuid.uuid4(), attempt=1))), "secret": "0" * 64}),
+], ids=["text", "list", "empty", "kind", "operation", "agent", "incarnation", "gone", "attempt", "error-type",
+        "error-too-large", "fat-heartbeat", "non-ascii-proof", "short-proof", "no-proof", "secret"])
 def test_a_malformed_report_is_refused_and_the_rest_of_its_batch_is_stored(started, body, caplog):
+    body = body() if callable(body) else body  # a proof is made with the test's database
     with caplog.at_level(logging.WARNING, logger="agents.intake"):
         intake.take([body, success(started)])
-    assert "report refused" in caplog.text
+    assert "report refused" in caplog.text and "Traceback" not in caplog.text
     started.refresh_from_db()
     assert started.state == OperationState.SUCCEEDED
 
@@ -105,9 +139,11 @@ def test_a_claim_is_answered_with_what_to_run_and_nothing_else(make_execution, m
                           args=[3], kwargs={"y": 4}, input={"result": first.name})
     [(reply_to, answer)] = intake.take([signed("claim", sent, id="the-claim")])
     assert reply_to == wire.reply_queue(AGENT, "box", 1)
-    assert answer == {"id": "the-claim", "verdict": "run", "operation": "add", "execution": str(execution.pk),
-                      "step": "second", "args": [[1, 2], 3], "kwargs": {"y": 4}, "dry_run": False,
-                      "retries_left": 3}
+    assert keys.proven(answer["proof"], signing.agent_key(AGENT), keys.Purpose.ANSWER, keys.without_proof(answer)), \
+        "the answer is proved for its agent: anyone may publish to a reply queue"
+    assert keys.without_proof(answer) == {
+        "id": "the-claim", "verdict": "run", "operation": "add", "execution": str(execution.pk), "step": "second",
+        "args": [[1, 2], 3], "kwargs": {"y": 4}, "dry_run": False, "retries_left": 3}
     sent.refresh_from_db()
     assert (sent.state, sent.incarnation) == (OperationState.STARTED, "run-1")
 
@@ -126,10 +162,10 @@ def test_a_claim_of_a_started_attempt_says_which_run_started_it(started):
     # The run that claimed it gets what running it takes: the answer to its claim may have been
     # lost (a manager stored the claim and died), and then nothing ran it.
     assert answer["operation"] == started.operation and answer["step"] == started.name
-    other_run = signed("claim", started, id="c2")
-    other_run["incarnation"] = "run-2"
+    other_run = prove({**signed("claim", started, id="c2"), "incarnation": "run-2"})
     [(_, answer)] = intake.take([other_run])
-    assert answer == {"id": "c2", "verdict": "started", "incarnation": "run-1"}, "another run learns nothing more"
+    assert keys.without_proof(answer) == {"id": "c2", "verdict": "started", "incarnation": "run-1"}, \
+        "another run learns nothing more"
     started.refresh_from_db()
     assert (started.state, started.incarnation) == (OperationState.STARTED, "run-1")
 
@@ -146,11 +182,11 @@ def test_a_lost_attempt_is_rescheduled_once_and_a_stale_one_changes_nothing(star
     assert (started.state, started.error["type"], started.current_retries) == (OperationState.RESCHEDULED, "WorkerLost", 1)
 
 
-def test_processes_gone_are_recorded_only_for_signed_attempts(started):
-    other = Operation.objects.create(execution=started.execution, name="other", operation="noop", agent=AGENT,
+def test_processes_gone_are_recorded_only_for_attempts_sent_to_the_agent_that_says_so(started):
+    other = Operation.objects.create(execution=started.execution, name="other", operation="noop", agent="host-2",
                                      state=OperationState.STARTED, attempt=1)
-    intake.take([{"kind": "gone", "agent": AGENT, "incarnation": "run-1", "attempts": [
-        [str(started.pk), 1, signing.attempt_secret(started.pk, 1, AGENT)], [str(other.pk), 1, "forged"]]}])
+    intake.take([prove({"kind": "gone", "agent": AGENT, "incarnation": "run-1",
+                        "attempts": [[str(started.pk), 1], [str(other.pk), 1]]})])
     gone = Event.objects.filter(type=EventType.LOG, data__has_key="processes_gone")
     assert list(gone.values_list("operation", flat=True)) == [started.name]
 
@@ -158,7 +194,7 @@ def test_processes_gone_are_recorded_only_for_signed_attempts(started):
 def test_a_registration_declares_lost_what_earlier_runs_left_started_and_heartbeats_keep_the_current_run(started):
     Agent.objects.create(name=AGENT, incarnation="run-1", last_heartbeat=timezone.now() - timedelta(minutes=5))
     run = {"agent": AGENT, "incarnation": "run-2"}
-    intake.take([{"kind": "register", **run, "hostname": "box", "pid": 7, "concurrency": 3}])
+    intake.take([prove({"kind": "register", **run, "hostname": "box", "pid": 7, "concurrency": 3})])
     agent = Agent.objects.get(name=AGENT)
     assert (agent.incarnation, agent.hostname, agent.pid, agent.concurrency) == ("run-2", "box", 7, 3)
     started.refresh_from_db()
@@ -166,15 +202,56 @@ def test_a_registration_declares_lost_what_earlier_runs_left_started_and_heartbe
 
     long_ago = timezone.now() - timedelta(minutes=5)
     Agent.objects.filter(name=AGENT).update(last_heartbeat=long_ago)
-    intake.take([{"kind": "heartbeat", "agent": AGENT, "incarnation": "run-1"}])
+    intake.take([prove({"kind": "heartbeat", "agent": AGENT, "incarnation": "run-1"})])
     assert Agent.objects.get(name=AGENT).last_heartbeat == long_ago, "an earlier run's heartbeat is not this run's"
-    intake.take([{"kind": "heartbeat", **run}])
+    intake.take([prove({"kind": "heartbeat", **run})])
     assert Agent.objects.get(name=AGENT).last_heartbeat > long_ago
 
 
-def test_a_report_signed_for_an_agent_the_operation_was_not_sent_to_changes_nothing(started, caplog):
-    body = success(started, result="forged", agent="host-2",
-                   secret=signing.attempt_secret(started.pk, started.attempt, "host-2"))
+def incarnation(began_ns):
+    return f"{began_ns:016x}.{uuid.uuid4().hex[:15]}"
+
+
+@pytest.mark.parametrize("kind", ["register", "heartbeat"])
+def test_an_unproved_registration_or_heartbeat_changes_nothing(started, kind, caplog):
+    """A forged registration would make the current run's started attempt lost: run twice at once."""
+    Agent.objects.create(name=AGENT, incarnation="run-1", last_heartbeat=timezone.now())
+    fields = {"hostname": "box", "pid": 7, "concurrency": 1} if kind == "register" else {}
+    with caplog.at_level(logging.WARNING, logger="agents.intake"):
+        intake.take([prove({"kind": kind, "agent": AGENT, "incarnation": "run-2", **fields}, agent="host-2")])
+    assert Agent.objects.get(name=AGENT).incarnation == "run-1" and "not proved" in caplog.text
+    started.refresh_from_db()
+    assert started.state == OperationState.STARTED
+
+
+def test_a_replayed_registration_of_an_earlier_run_changes_nothing(make_operation, caplog):
+    """Proved, but older than the run the agent has: a replay (its report was read off the
+    broker) would make what the current run started lost, and run it again beside it."""
+    earlier, current = incarnation(10**18), incarnation(10**18 + 1)
+    register = {"kind": "register", "agent": AGENT, "hostname": "box", "pid": 7, "concurrency": 1}
+    intake.take([prove({**register, "incarnation": earlier})])
+    intake.take([prove({**register, "incarnation": current})])
+    running = make_operation(OperationState.STARTED, agent=AGENT, attempt=1, incarnation=current,
+                             started_at=timezone.now())
+    with caplog.at_level(logging.WARNING, logger="agents.intake"):
+        intake.take([prove({**register, "incarnation": earlier})])
+    assert Agent.objects.get(name=AGENT).incarnation == current
+    assert "did not begin after the current one" in caplog.text
+    running.refresh_from_db()
+    assert running.state == OperationState.STARTED
+
+
+def test_a_registration_after_a_run_of_an_earlier_version_is_taken(started):
+    """Before incarnations began with their time they were 32 hexadecimal digits: no order to tell."""
+    Agent.objects.create(name=AGENT, incarnation="f" * 32)
+    run = incarnation(1)
+    intake.take([prove({"kind": "register", "agent": AGENT, "incarnation": run, "hostname": "box", "pid": 7,
+                        "concurrency": 1})])
+    assert Agent.objects.get(name=AGENT).incarnation == run
+
+
+def test_a_report_proved_by_an_agent_the_operation_was_not_sent_to_changes_nothing(started, caplog):
+    body = success(started, result="forged", agent="host-2")
     with caplog.at_level(logging.WARNING, logger="agents.intake"):
         intake.take([body])
     started.refresh_from_db()
@@ -184,6 +261,6 @@ def test_a_report_signed_for_an_agent_the_operation_was_not_sent_to_changes_noth
 
 def test_the_heartbeat_of_an_agent_with_no_row_registers_it():
     """Its registration found no reports queue yet (a deployment's very first start)."""
-    intake.take([{"kind": "heartbeat", "agent": "newcomer", "incarnation": "run-9"}])
+    intake.take([prove({"kind": "heartbeat", "agent": "newcomer", "incarnation": "run-9"})])
     agent = Agent.objects.get(name="newcomer")
     assert agent.incarnation == "run-9" and agent.status == "online"

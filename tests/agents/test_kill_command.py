@@ -1,8 +1,8 @@
 """The kill's remote-control command (``agents.worker.control.switchyard_kill``) takes from a
-broadcast only well-formed attempts — an operation id that is a UUID and a positive int — and an
-execution id that is a UUID, and signals only the process groups its own worker recorded: anyone
-who may publish to the broker may broadcast it, and a key once became a file name under the
-agent's state directory, whose content was then signalled."""
+broadcast only well-formed attempts — an operation id that is a UUID and a positive int — proved
+by a manager for this agent, and an execution id that is a UUID, and signals only the process
+groups its own worker recorded: anyone who may publish to the broker may broadcast it, and a key
+once became a file name under the agent's state directory, whose content was then signalled."""
 
 import logging
 import os
@@ -17,6 +17,7 @@ import pytest
 
 from agents.worker import control, local
 from workflows_app import wire
+from workflows_app.wire import keys
 
 AGENT = "killer"
 
@@ -70,6 +71,12 @@ def still_running(process, for_seconds=0.5) -> bool:
     return True
 
 
+def proved(operation, attempt, purpose=keys.Purpose.KILL, agent=AGENT, key_of=AGENT):
+    """An attempt as a manager's broadcast names it: ``[operation id, attempt, agent, proof]``,
+    proved with the key of ``key_of``."""
+    return [str(operation), attempt, agent, keys.prove(keys.derive(key_of), purpose, [str(operation), attempt])]
+
+
 #: Attempts a broadcast may carry that are not an operation id and a positive attempt.
 MALFORMED = [
     ["../../etc/passwd", 1],
@@ -82,6 +89,7 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.processes
 def test_malformed_keys_are_ignored_and_logged_and_nothing_outside_the_records_is_signalled(
         state_dir, processes, reported, caplog):
     victim = processes()
@@ -91,15 +99,17 @@ def test_malformed_keys_are_ignored_and_logged_and_nothing_outside_the_records_i
     (state_dir / "not-a-uuid.1").write_text(str(victim.pid))
 
     with caplog.at_level(logging.WARNING, logger=control.__name__):
-        traversal = control.switchyard_kill(None, attempts=[["../../../decoy", 1], ["not-a-uuid", 1]], grace=0.1)
+        traversal = control.switchyard_kill(None, attempts=[proved("../../../decoy", 1), proved("not-a-uuid", 1)],
+                                            grace=0.1)
     assert traversal["ok"]["signalled"] == [], "no key is read as a path, nor taken unless it is an attempt"
     assert still_running(victim)
-    assert "ignored 2 malformed attempt(s) of 2" in caplog.records[-1].getMessage()
+    assert "ignored 2 attempt(s) of 2, malformed or not proved" in caplog.records[-1].getMessage()
     caplog.clear()
 
     with caplog.at_level(logging.WARNING, logger=control.__name__):
-        answer = control.switchyard_kill(None, execution_id="../../../decoy", attempts=MALFORMED, dispatcher=True,
-                                         grace=0.1)
+        answer = control.switchyard_kill(None, execution_id="../../../decoy", attempts=MALFORMED, grace=0.1,
+                                         dispatcher=keys.prove(keys.derive(AGENT), keys.Purpose.KILL_DISPATCHER,
+                                                               "../../../decoy"))
         huge = control.switchyard_kill(None, execution_id=str(uuid.uuid4()), grace=0.1,
                                        attempts=[["../../etc/passwd", 1]] * 200_000)
         not_a_list = control.switchyard_kill(None, attempts="../../etc/passwd", grace=0.1)
@@ -107,30 +117,32 @@ def test_malformed_keys_are_ignored_and_logged_and_nothing_outside_the_records_i
     assert answer["ok"]["signalled"] == huge["ok"]["signalled"] == not_a_list["ok"]["signalled"] == []
     assert still_running(victim), "nothing signalled the process group the decoys name"
     warnings = [record.getMessage() for record in caplog.records]
-    assert any(f"ignored {len(MALFORMED)} malformed attempt(s) of {len(MALFORMED)}" in w for w in warnings), warnings
-    assert any("ignored the dispatcher of a malformed execution id '../../../decoy'" in w for w in warnings), warnings
-    assert any("ignored 200000 malformed attempt(s) of 200000" in w for w in warnings), warnings
+    assert any(f"ignored {len(MALFORMED)} attempt(s) of {len(MALFORMED)}" in w for w in warnings), warnings
+    assert any("ignored the dispatcher of execution '../../../decoy'" in w for w in warnings), warnings
+    assert any("ignored 200000 attempt(s) of 200000" in w for w in warnings), warnings
     assert any("ignored attempts that are not a list" in w for w in warnings), warnings
     assert len(warnings) == 4 and max(map(len, warnings)) < 500, "once per broadcast, and short"
     assert reported[0] == []
 
 
+@pytest.mark.processes
 def test_good_keys_among_bad_ones_still_kill_their_recorded_process_groups(state_dir, processes, reported):
     operation, execution = uuid.uuid4(), uuid.uuid4()
     running, dispatcher, bystander = processes(), processes(), processes()
-    (state_dir / local.attempt_key(operation, 3)).write_text(f"{running.pid}\nits-secret")
+    (state_dir / local.attempt_key(operation, 3)).write_text(f"{running.pid}\n")
     (state_dir / local.dispatcher_key(execution)).write_text(str(dispatcher.pid))
     bystander_key = (uuid.uuid4(), 1)  # another execution's
     (state_dir / local.attempt_key(*bystander_key)).write_text(str(bystander.pid))
 
-    answer = control.switchyard_kill(None, execution_id=str(execution).upper(), dispatcher=True, grace=0.2,
-                                     attempts=[[str(operation), 3], *MALFORMED, [str(operation), 4]])
+    dispatcher_proof = keys.prove(keys.derive(AGENT), keys.Purpose.KILL_DISPATCHER, str(execution).upper())
+    answer = control.switchyard_kill(None, execution_id=str(execution).upper(), dispatcher=dispatcher_proof, grace=0.2,
+                                     attempts=[proved(operation, 3), *MALFORMED, proved(operation, 4)])
 
     assert sorted(answer["ok"]["signalled"]) == sorted([local.attempt_key(operation, 3),
                                                         local.dispatcher_key(execution)])
     assert running.wait(timeout=10) == -signal.SIGTERM and dispatcher.wait(timeout=10) == -signal.SIGTERM
     gone, done = reported
-    assert done.wait(timeout=10) and gone == [[str(operation), 3, "its-secret"]], "with the secret its record keeps"
+    assert done.wait(timeout=10) and gone == [[str(operation), 3]]
     assert still_running(bystander)
     assert os.listdir(state_dir) == [local.attempt_key(*bystander_key)], "the killed ones' records are done with"
 
@@ -145,17 +157,45 @@ def test_the_grace_is_a_finite_number_of_seconds_else_the_workers_own(grace, exp
     assert control.grace_seconds(grace) == expected
 
 
+@pytest.mark.processes
 def test_a_cancel_is_noted_for_the_attempts_running_here_only(state_dir, processes):
     """``switchyard_cancel``: ``ctx.is_cancelled()`` becomes true in an attempt this worker runs;
     an attempt it does not run, and a malformed one, leave nothing behind."""
     mine, elsewhere = (uuid.uuid4(), 2), (uuid.uuid4(), 1)
     running = processes()
-    (state_dir / local.attempt_key(*mine)).write_text(f"{running.pid}\nits-secret")
+    (state_dir / local.attempt_key(*mine)).write_text(f"{running.pid}\n")
 
-    answer = control.switchyard_cancel(None, attempts=[[str(mine[0]), 2], [str(elsewhere[0]), 1], *MALFORMED])
+    answer = control.switchyard_cancel(None, attempts=[proved(*mine, keys.Purpose.CANCEL),
+                                                       proved(*elsewhere, keys.Purpose.CANCEL), *MALFORMED])
 
     assert answer["ok"]["asked"] == [local.attempt_key(*mine)]
     assert local.cancel_requested(local.attempt_key(*mine))
     assert not local.cancel_requested(local.attempt_key(*elsewhere))
     local.mark_done(local.attempt_key(*mine))
     assert not local.cancel_requested(local.attempt_key(*mine)), "done with, its note goes with it"
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("forged", [
+    lambda op: [str(op), 1],  # no proof: what every kill carried before proofs
+    lambda op: [str(op), 1, AGENT, "0" * 64],  # a guess
+    lambda op: proved(op, 1, key_of="another-agent"),  # another agent's key (its own account's)
+    lambda op: proved(op, 1, keys.Purpose.CANCEL),  # a manager's cancel of it, replayed as a kill
+    lambda op: proved(op, 1)[:3] + [proved(op, 2)[3]],  # the proof of another attempt
+], ids=["no-proof", "guess", "other-agents-key", "a-cancel", "other-attempt"])
+def test_a_kill_no_manager_proved_for_this_agent_signals_nothing(state_dir, processes, reported, caplog, forged):
+    """A kill broadcast by any broker client left an operation started with no process."""
+    operation = uuid.uuid4()
+    running = processes()
+    (state_dir / local.attempt_key(operation, 1)).write_text(f"{running.pid}\n")
+    with caplog.at_level(logging.WARNING, logger=control.__name__):
+        answer = control.switchyard_kill(None, execution_id=str(uuid.uuid4()), attempts=[forged(operation)], grace=0.1)
+    assert answer["ok"]["signalled"] == [] and still_running(running)
+    assert "not proved by a manager" in caplog.text
+
+
+def test_another_agents_attempts_are_passed_over_in_silence(state_dir, caplog):
+    with caplog.at_level(logging.WARNING, logger=control.__name__):
+        assert control.attempt_keys([proved(uuid.uuid4(), 1, agent="another-agent", key_of="another-agent")],
+                                    keys.Purpose.KILL) == set()
+    assert caplog.text == ""

@@ -18,6 +18,7 @@ from workflows_app import broker, wire
 from workflows_app.models import Operation
 from workflows_app.registry import operation
 from workflows_app.states import OperationState
+from workflows_app.wire import keys
 
 
 @operation(name="test_lost_outcomes_double", max_retries=0)
@@ -52,6 +53,11 @@ def lost(agent_link, monkeypatch, make_operation):
     return op
 
 
+def asked(op):
+    """What a manager's broadcast says of ``op``'s attempt: with its proof for the agent."""
+    return broker.proved_attempts([(op.pk, op.attempt)], keys.Purpose.RESEND)
+
+
 def ended_ago(op, seconds):
     path = local._finished_path(op.agent) / local.attempt_key(op.pk, op.attempt)
     then = time.time() - seconds
@@ -60,12 +66,12 @@ def ended_ago(op, seconds):
 
 def test_an_agent_sends_again_the_outcome_of_an_attempt_it_ran_when_asked(lost):
     ended_ago(lost, control.RESEND_AFTER_SECONDS + 1)
-    answer = control.switchyard_resend_outcomes(None, attempts=[[str(lost.pk), lost.attempt]])
+    answer = control.switchyard_resend_outcomes(None, attempts=asked(lost))
     assert answer["ok"]["resent"] == [local.attempt_key(lost.pk, lost.attempt)]
     lost.refresh_from_db()
     assert (lost.state, lost.result, lost.attempt) == (OperationState.SUCCEEDED, 42, 1)
     # Asked again, it sends it again; the second one changes nothing.
-    control.switchyard_resend_outcomes(None, attempts=[[str(lost.pk), lost.attempt]])
+    control.switchyard_resend_outcomes(None, attempts=asked(lost))
     lost.refresh_from_db()
     assert (lost.state, lost.result) == (OperationState.SUCCEEDED, 42)
 
@@ -73,8 +79,8 @@ def test_an_agent_sends_again_the_outcome_of_an_attempt_it_ran_when_asked(lost):
 def test_an_outcome_sent_a_moment_ago_is_not_sent_again_and_nothing_else_is(lost, make_operation):
     ended_ago(lost, control.RESEND_AFTER_SECONDS - 5)  # most likely still waiting in the queue
     other = make_operation(OperationState.STARTED, operation="test_lost_outcomes_double", args=[1], attempt=1)  # never ran here
-    answer = control.switchyard_resend_outcomes(None, attempts=[[str(lost.pk), lost.attempt], [str(other.pk), 1],
-                                                                ["../../etc/passwd", 1], [str(lost.pk), "1"]])
+    answer = control.switchyard_resend_outcomes(None, attempts=asked(lost) + asked(other) + [
+        ["../../etc/passwd", 1, lost.agent, "0" * 64], [str(lost.pk), "1", lost.agent, asked(lost)[0][3]]])
     assert answer["ok"]["resent"] == []
     lost.refresh_from_db()
     assert lost.state == OperationState.STARTED

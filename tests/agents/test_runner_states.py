@@ -252,7 +252,7 @@ def test_the_redelivery_of_an_attempt_whose_process_died_is_retry(transactional_
     op = send(make_execution, make_operation, queue, "fine", state=OperationState.STARTED, incarnation=local.incarnation(),
               max_retries=3)
     # The record its first delivery left in a pool process that died (this process' own group).
-    local.mark_running(local.attempt_key(op.pk, 1), "secret")
+    local.mark_running(local.attempt_key(op.pk, 1))
     run = Delivered(queue)
     assert run.state_events == ["task-retried"] and run.acked == 1
     assert [(r["kind"], r["message"]) for r in outcomes(agent_link)] == [("lost", "its worker process was lost")]

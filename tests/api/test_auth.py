@@ -11,8 +11,9 @@ from tests.api.conftest import API, CheckedClient, assert_error
 from workflows_app import transitions
 from workflows_app.models import Event, Execution
 from workflows_app.states import ExecutionStatus
+from tests import UNKNOWN_ID
 
-SOME_ID = uuid.uuid4()
+SOME_ID = uuid.UUID(UNKNOWN_ID)
 GETS = ["/workflows", "/executions", f"/executions/{SOME_ID}", f"/executions/{SOME_ID}/operations",
         f"/executions/{SOME_ID}/graph", "/events", "/agents", "/schema", "/docs", "/no-such-path"]
 POSTS = ["/executions", f"/executions/{SOME_ID}", f"/executions/{SOME_ID}/events"]

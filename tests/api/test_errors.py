@@ -1,8 +1,6 @@
 """Every error is ``{"error_code", "message"}``, and no input, however malformed, is a 500.
 Paths answer with and without a trailing slash, the same way."""
 
-import uuid
-
 import pytest
 from kombu.exceptions import OperationalError
 from rest_framework.test import APIClient
@@ -12,6 +10,7 @@ from workflows_app import broker
 from workflows_app import services
 from workflows_app.models import Event, Execution
 from workflows_app.states import ExecutionStatus
+from tests import UNKNOWN_ID
 
 
 @pytest.fixture
@@ -103,7 +102,7 @@ def test_a_method_a_path_does_not_take_is_405(api, started, method):
     nothing_changed(started)
 
 
-@pytest.mark.parametrize("path", ["/", "/nope", "/executions/x/y", f"/executions/{uuid.uuid4()}/cancel",
+@pytest.mark.parametrize("path", ["/", "/nope", "/executions/x/y", f"/executions/{UNKNOWN_ID}/cancel",
                                   "/workflows/demo", "/agents/local", "/events/1", "/v2/executions"])
 def test_any_other_path_under_the_api_is_a_json_404(api, path):
     assert_error(api.get(API + path), 404, "not_found")

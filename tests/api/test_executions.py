@@ -1,6 +1,5 @@
 """GET /api/v1/executions (filters, ordering, pagination) and GET /api/v1/executions/{id}."""
 
-import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -8,6 +7,8 @@ import pytest
 from tests.api.conftest import API, assert_error
 from workflows_app.models import Execution
 from workflows_app.states import ExecutionStatus, OperationState
+from tests import UNKNOWN_ID
+
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -165,7 +166,7 @@ def test_an_execution_without_operations_counts_zero_in_every_state(api, make_ex
 
 
 @pytest.mark.parametrize("suffix", ["", "/operations", "/graph"])
-@pytest.mark.parametrize("execution_id", [str(uuid.uuid4()), "not-a-uuid", "123", "%00", "x" * 300])
+@pytest.mark.parametrize("execution_id", [UNKNOWN_ID, "not-a-uuid", "123", "%00", "x" * 300])
 def test_an_unknown_id_or_one_that_is_not_a_uuid_is_not_found(api, db, execution_id, suffix):
     assert_error(api.get(f"{API}/executions/{execution_id}{suffix}"), 404, "not_found")
 

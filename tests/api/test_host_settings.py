@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,6 +46,8 @@ from workflows_app.api import schema
 from workflows_app.api.schema import SchemaGenerator
 from workflows_app.models import Event
 from workflows_app.states import EventType
+from tests import UNKNOWN_ID
+
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST_SETTINGS = "tests.api.host_settings"
@@ -137,7 +138,7 @@ def test_every_view_of_the_api_carries_its_own_configuration():
 
 @pytest.mark.parametrize("method,path", [
     ("get", "workflows"), ("get", "executions"), ("post", "executions"), (
-        "get", f"executions/{uuid.uuid4()}"), ("get", "events"), ("get", "agents"), ("get", "schema"),
+        "get", f"executions/{UNKNOWN_ID}"), ("get", "events"), ("get", "agents"), ("get", "schema"),
     ("get", "nowhere"), ("options", "executions"),
 ])
 def test_an_anonymous_request_is_refused_401(method, path):

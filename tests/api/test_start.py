@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests import task_functions  # noqa: F401  (its tasks are ones this process made: django_task starts them)
 from tests.api.conftest import API, assert_error
 from workflows_app.models import Event, Execution
 from workflows_app.states import ExecutionStatus
@@ -183,3 +184,16 @@ def test_the_start_is_recorded_as_an_event(api):
     response = start(api, workflow_id="demo", parameters={"n": 1})
     event = Event.objects.get(execution_id=response.json()["id"])
     assert event.message == "created: demo" and event.data == {"parameters": {"n": 1}}
+
+
+@pytest.mark.parametrize("queue_name", ["celery.pidbox", "amq.gen-1", "management.reporting", "host-1@box"])
+def test_a_task_started_for_a_queue_no_agent_can_have_is_invalid_parameters(api, queue_name):
+    """A task of Django's Tasks framework is started from the API with its queue as a parameter
+    (``workflows_app.task_runs``): the queue names the agent its step is sent to."""
+    body = assert_error(start(api, workflow_id="django_task",
+                              parameters={"task": "tests.task_functions.add", "args": [1], "queue_name": queue_name}),
+                        400, "invalid_parameters")
+    assert body["message"].startswith(f"parameter 'queue_name': invalid agent name {queue_name!r}: ")
+    assert not Execution.objects.exists()
+    assert start(api, workflow_id="django_task", parameters={"task": "tests.task_functions.add", "args": [1],
+                                                              "queue_name": "host-1"}).status_code == 201

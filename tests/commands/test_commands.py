@@ -429,6 +429,7 @@ REFUSED = [
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a process per command and refusal
 def test_every_bad_input_and_refusal_is_one_line_on_stderr_and_a_non_zero_exit(child_env, executions):
     """Each case also with --json: stdout stays empty, so a script never parses half a result."""
     ids = {name: str(getattr(value, "pk", value)) for name, value in executions.items()}

@@ -205,6 +205,31 @@ def test_a_start_from_another_door_must_name_a_loaded_task_of_the_backend():
     assert not Execution.objects.exists()
 
 
+@pytest.mark.parametrize("queue_name", ["celery.pidbox", "amq.gen-1", "celeryev", "management", "management.reports",
+                                        "host-1.replies.box.1", "two words"])
+def test_a_queue_name_no_agent_can_have_is_refused_when_the_task_is_made(queue_name):
+    with pytest.raises(tasks_framework.InvalidTask, match=f"queue_name: invalid agent name {queue_name!r}"):
+        tasks.add.using(queue_name=queue_name)
+    with pytest.raises(tasks_framework.InvalidTask, match="invalid agent name"):
+        tasks_framework.task(queue_name=queue_name)(tasks.add.func)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("queue_name", ["celery.pidbox", "amq.gen-1", "management"])
+def test_a_queue_name_no_agent_can_have_is_refused_from_another_door(queue_name):
+    with pytest.raises(ParameterError, match=f"parameter 'queue_name': invalid agent name {queue_name!r}"):
+        services.start(task_runs.TASK_WORKFLOW, {"task": "tests.task_functions.add", "queue_name": queue_name})
+    assert not Execution.objects.exists()
+
+
+@pytest.mark.django_db
+def test_queues_no_agent_can_have_are_a_system_check_error():
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["default", "host-1", "celery.pidbox"]}}):
+        errors = [e for e in checks.run_checks() if e.id.startswith("workflows.")]
+    assert [e.id for e in errors] == ["workflows.E008"]
+    assert "QUEUES: invalid agent name 'celery.pidbox'" in errors[0].msg
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("options, found", [
     ({"max_retries": -2}, "max_retries"), ({"retry_interval": "5"}, "retry_interval"), ({"timeout": 0}, "timeout"),

@@ -162,7 +162,8 @@ def test_after_an_outage_an_attempt_no_worker_runs_any_more_is_lost(silent_agent
     """An agent gave up a report past the tolerance: it heart-beats again, but runs the attempt
     no more. Once the agents could beat, the manager asks them and records it lost (retryable)."""
     Agent.objects.filter(name="h1").update(last_heartbeat=timezone.now())
-    monkeypatch.setattr(broker, "ask_running", lambda timeout: [{"incarnation": silent_agent.incarnation, "running": []}])
+    monkeypatch.setattr(broker, "ask_running", lambda timeout: [{"agent": "h1", "incarnation": silent_agent.incarnation,
+                                                                 "running": []}])
     ticker = manager.Tick()
     ticker()
     assert Operation.objects.get(pk=silent_agent.pk).state == OperationState.STARTED, "no outage: nothing to reconcile"
@@ -196,7 +197,8 @@ def test_a_live_agents_attempt_claimed_within_a_claims_timeout_is_left_to_it(sil
     longer ago than that, it is lost."""
     Agent.objects.filter(name="h1").update(last_heartbeat=timezone.now())
     Operation.objects.filter(pk=silent_agent.pk).update(started_at=timezone.now())
-    monkeypatch.setattr(broker, "ask_running", lambda timeout: [{"incarnation": silent_agent.incarnation, "running": []}])
+    monkeypatch.setattr(broker, "ask_running", lambda timeout: [{"agent": "h1", "incarnation": silent_agent.incarnation,
+                                                                 "running": []}])
     started = [Operation.objects.get(pk=silent_agent.pk)]
     assert manager.reconcile_started(started, manager.ask_workers()) == 0
     assert Operation.objects.get(pk=silent_agent.pk).state == OperationState.STARTED

@@ -92,6 +92,7 @@ def settings_with(value):
         cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "switchyard.settings"}, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("value, expected", [("5", "5"), ("0", "0"), ("none", "None"), ("", "None")])
 def test_the_threshold_comes_from_the_environment(value, expected):
     done = settings_with(value)
@@ -99,6 +100,7 @@ def test_the_threshold_comes_from_the_environment(value, expected):
     assert done.stdout.strip() == expected
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("value", ["-1", "soon"])
 def test_a_bad_threshold_is_a_one_line_error(value):
     done = settings_with(value)

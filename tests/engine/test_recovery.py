@@ -34,12 +34,21 @@ def state(op):
 def test_an_attempt_its_worker_still_runs_is_awaited_and_one_it_does_not_is_lost(make_execution, make_operation):
     _, ops = started(make_execution, make_operation,
                      running={"agent": "a", "incarnation": "inc-a"}, gone={"agent": "a", "incarnation": "inc-a"})
-    answers = {"inc-a": {attempt_key(ops["running"].pk, 1)}}
+    answers = {("a", "inc-a"): {attempt_key(ops["running"].pk, 1)}}
     assert manager.reconcile_started(list(ops.values()), answers) == 1
     assert state(ops["running"]) == "started"
     assert state(ops["gone"]) == "rescheduled"
     assert ops["gone"].error["message"].startswith("lost during restart")
     assert ops["gone"].current_retries == 1, "a retryable failure"
+
+
+def test_an_answer_counts_for_its_own_agent_only(make_execution, make_operation):
+    """An agent (its own key) answering for another agent's run that it runs nothing would make
+    that run's attempts lost, and run again beside it."""
+    Agent.objects.create(name="a", incarnation="inc-a", last_heartbeat=timezone.now())
+    _, ops = started(make_execution, make_operation, running={"agent": "a", "incarnation": "inc-a"})
+    assert manager.reconcile_started(list(ops.values()), answers={("b", "inc-a"): set()}) == 0
+    assert state(ops["running"]) == "started"
 
 
 def test_a_worker_that_did_not_answer_is_trusted_while_its_agent_heart_beats(make_execution, make_operation):
@@ -58,7 +67,7 @@ def test_an_operation_that_reported_meanwhile_is_left_as_it_reported(make_execut
     execution, ops = started(make_execution, make_operation, done={"agent": "a", "incarnation": "inc-a"})
     snapshot = list(ops.values())
     Operation.objects.filter(pk=ops["done"].pk).update(state=OperationState.SUCCEEDED)  # test set-up: it reported
-    assert manager.reconcile_started(snapshot, answers={"inc-a": set()}) == 0
+    assert manager.reconcile_started(snapshot, answers={("a", "inc-a"): set()}) == 0
     assert state(ops["done"]) == "succeeded"
     assert not Event.objects.filter(execution_id=execution.pk, type="stale_report").exists()
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -274,9 +275,15 @@ class Stack:
 
     def start_agent(self, name, concurrency=2) -> StackProcess:
         """``run_agent NAME``: pass a name from :meth:`agent_name`. It is given no database
-        (:data:`NO_DATABASE_URL`): agents reach the system through the broker only."""
+        (:data:`NO_DATABASE_URL`) and a ``SECRET_KEY`` of its own: agents reach the system through
+        the broker only, with their own key (``SWITCHYARD_AGENT_KEY``), as an agent that is not
+        trusted with the master key does."""
+        from workflows_app import signing
+        from workflows_app.wire import keys
+
         return self.manage(name, "run_agent", name, "--concurrency", str(concurrency), "--loglevel", "INFO",
-                           env={"DATABASE_URL": NO_DATABASE_URL})
+                           env={"DATABASE_URL": NO_DATABASE_URL, keys.KEY_ENV: signing.agent_key(name),
+                                "DJANGO_SECRET_KEY": f"an agent host's own {secrets.token_hex(16)}"})
 
     def stop(self, proc, sig=signal.SIGTERM, timeout=TERM_TIMEOUT):
         """Send ``sig`` to the process group; after ``timeout`` s SIGKILL the group and every

@@ -29,6 +29,7 @@ from rest_framework.test import APIClient
 from switchyard.celery import app
 from tests.api.conftest import VIEWER, make_user
 from tests.integration.harness import ROOT, assert_operation_events_consistent
+from tests.workflows import mark
 from workflows_app import services
 from workflows_app.models import Execution
 
@@ -175,13 +176,16 @@ def test_a_failed_wait_exits_non_zero_and_resume_wait_follows_it_to_completed(st
 
 @pytest.mark.django_db(transaction=True)
 def test_tail_events_follow_json_streams_events_as_they_are_written_until_the_end(stack, agent):
-    start = popen(stack, "start_execution", "it_single", "--param", f"agent={agent}", "--param", "seconds=3",
-                  "--wait")
+    # The step runs until the test has read the first event (it waits for the tag "read-first"),
+    # however long the command takes to start on a loaded machine.
+    start = popen(stack, "start_execution", "it_single", "--param", f"agent={agent}", "--param", "seconds=1",
+                  "--param", "after=read-first", "--wait")
     pk = start.stdout.readline().strip()  # printed before the wait: a script has the id at once
     tail = popen(stack, "tail_events", pk, "--follow", "--json")
     first = json.loads(tail.stdout.readline())
     assert first["execution_id"] == pk and first["type"] == "log"
     assert Execution.objects.get(pk=pk).status not in ("completed", "failed"), "the first event came only at the end"
+    mark(None, "read-first")
 
     # Read on from the same buffered reader (communicate() would skip what it holds already).
     events = [first] + [json.loads(line) for line in tail.stdout]

@@ -19,6 +19,7 @@ from workflows_app import services, signing
 from workflows_app.models import Event, Operation
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import EXECUTION_TERMINAL, FailureMode
+from workflows_app.wire import keys
 
 try:
     from workflows_app.broker import RUNNER_TASK
@@ -396,7 +397,8 @@ def test_a_message_delivered_twice_runs_the_operation_once(stack):
 
     # The same attempt's message again, as Redis' visibility timeout or a requeue would deliver it.
     app.send_task(RUNNER_TASK, args=[str(op.id), op.attempt], task_id=op.task_id, queue=op.agent,
-                  kwargs={"secret": signing.attempt_secret(op.id, op.attempt, op.agent)})
+                  kwargs={"proof": keys.prove(signing.agent_key(op.agent), keys.Purpose.OPERATION,
+                                              [str(op.id), op.attempt])})
 
     def recorded():
         return Event.objects.filter(execution_id=execution.pk, operation="once", id__gt=succeeded.id,

@@ -11,13 +11,17 @@ The test process keeps the configured broker: what the tests start, cancel and k
 they do with ``manage.py`` commands pointed at it, as a user of that broker would.
 """
 
+import json
 import re
 import shlex
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import kombu
 import pytest
+from amqp.exceptions import AccessRefused
 from django.conf import settings
 
+from agents.models import Agent
 from tests.conftest import REQUIRED
 from tests.integration import rabbitmq
 from tests.integration.harness import NO_DATABASE_URL, assert_operation_events_consistent, describe_execution
@@ -244,47 +248,215 @@ def test_with_quorum_queues_retries_a_cancel_and_a_kill_work(own_rabbitmq, stack
 
 # --- (e) an agent's own account ----------------------------------------------------------------------
 
+#: The virtual host the account tests make on their node (an account's permissions are per vhost).
+ACCOUNT_VHOST = "switchyard-accounts"
+
+
+def with_vhost(url, vhost) -> str:
+    """``url`` (a node's, on its default vhost) on the virtual host ``vhost``."""
+    return urlunsplit(urlsplit(url)._replace(path="/" + quote(vhost, safe="")))
+
+
+def agent_account(on, node, agent, user) -> str:
+    """Make the vhost ACCOUNT_VHOST (the node's own user may do anything there) and, in it, the
+    account ``rabbitmq_agent_account agent --user user --vhost …`` prints; the account's URL."""
+    node.ctl("add_vhost", ACCOUNT_VHOST)
+    node.ctl("set_permissions", "-p", ACCOUNT_VHOST, node.user, ".*", ".*", ".*")
+    printed = on.command("account", "rabbitmq_agent_account", agent, "--user", user, "--vhost", ACCOUNT_VHOST).splitlines()
+    assert printed[0].startswith(f"rabbitmqctl add_user {user} ")
+    node.ctl("add_user", user, "its-password")
+    node.ctl(*shlex.split(printed[1])[1:])  # set_permissions -p <vhost> <user> <configure> <write> <read>
+    return with_vhost(node.url, ACCOUNT_VHOST).replace(f"{node.user}:{node.password}@", f"{user}:its-password@")
+
+
+def shared_entities(management_queue, other):
+    """What every agent and manager shares, as the managers and Celery declare it (exchanges by
+    name, queues by name), and what another agent ``other`` owns: the administrator's."""
+    reports = f"{management_queue}.reports"
+    exchanges = {
+        "celery.pidbox": kombu.Exchange("celery.pidbox", "fanout", durable=False),  # kills, cancels, questions
+        "reply.celery.pidbox": kombu.Exchange("reply.celery.pidbox", "direct", durable=False),  # their answers
+        "celeryev": kombu.Exchange("celeryev", "topic", durable=True),  # task and worker events
+        f"{management_queue}.reporting": kombu.Exchange(f"{management_queue}.reporting", "direct", durable=True),
+        management_queue: kombu.Exchange(management_queue, "direct", durable=True),
+        other: kombu.Exchange(other, "direct", durable=True),
+    }
+    queues = {
+        management_queue: kombu.Queue(management_queue, exchanges[management_queue], routing_key=management_queue),
+        reports: kombu.Queue(reports, exchanges[f"{management_queue}.reporting"], routing_key=reports),
+        other: kombu.Queue(other, exchanges[other], routing_key=other),
+        f"{other}.replies.box.42": kombu.Queue(f"{other}.replies.box.42", durable=False),
+        f"{other}@box.celery.pidbox": kombu.Queue(f"{other}@box.celery.pidbox", exchanges["celery.pidbox"],
+                                                  durable=False),
+        # A manager's (or Flower's) reply queue, where every worker's answers to its question go.
+        "1f2e3d4c.reply.celery.pidbox": kombu.Queue("1f2e3d4c.reply.celery.pidbox", exchanges["reply.celery.pidbox"],
+                                                    routing_key="1f2e3d4c", durable=False),
+    }
+    return exchanges, queues
+
+
+def attempt(connection, what) -> str:
+    """``what(channel)`` on a fresh channel of ``connection``, then a round trip (the broker
+    refuses a publish by closing the channel, after the publish returned): "refused" for
+    ACCESS_REFUSED, "done", or the other error."""
+    channel = connection.channel()
+    try:
+        what(channel)
+        channel.basic_qos(0, 1, False)
+    except AccessRefused:
+        return "refused"
+    except connection.channel_errors + connection.connection_errors as exc:
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        channel.close()
+    except Exception:  # noqa: BLE001 — only closing it
+        pass
+    return "done"
+
+
+def publish(exchange, routing_key):
+    return lambda channel: channel.basic_publish(channel.prepare_message(b"{}"), exchange=exchange,
+                                                 routing_key=routing_key)
+
+
 @pytest.mark.django_db(transaction=True)
-def test_an_agent_with_an_account_of_its_own_works_and_may_do_nothing_else(own_rabbitmq, stack):
-    """An agent whose RabbitMQ account has only the permissions ``rabbitmq_agent_account`` prints
-    (and no database) runs operations, hears a cancel and a kill; with that account nobody can
-    publish to the managers' queue or another agent's, read the reports, or broadcast a kill."""
+def test_an_agents_own_account_may_change_and_read_nothing_shared(own_rabbitmq, stack):
+    """With the account ``rabbitmq_agent_account`` prints, from outside any agent, nobody can
+    delete or declare what the managers and agents share — the remote-control exchanges, the
+    events', the reports', the management queue, the reports queue, another agent's queues —,
+    read a queue not its own, bind its own queue where it would read what others are sent, or
+    publish tasks, broadcasts or messages to another's queue. What it may do (its own queues,
+    reports, a passive look at the shared exchanges) it can."""
     node = own_rabbitmq()
-    on = OnNode(stack, node)
+    admin_url = with_vhost(node.url, ACCOUNT_VHOST)
+    on = OnNode(stack, node, CELERY_BROKER_URL=admin_url)
+    host, other, mq = stack.agent_name("host-1"), stack.agent_name("host-2"), stack.management_queue
+    reports = f"{mq}.reports"
+    own_url = agent_account(on, node, host, "agent-1")
+    exchanges, queues = shared_entities(mq, other)
+    with kombu.Connection(admin_url) as admin:
+        channel = admin.channel()
+        for exchange in exchanges.values():
+            exchange(channel).declare()
+        for queue in queues.values():
+            queue(channel).declare()
+            channel.basic_publish(channel.prepare_message(b'{"kept": true}'), exchange="", routing_key=queue.name)
+
+    with kombu.Connection(own_url) as connection:
+        # What it may do: its own queues (task queue and exchange, claim replies, remote-control
+        # queue bound to the broadcasts), a report, and a passive look at what is shared.
+        allowed = {
+            "declare its queue": lambda c: kombu.Queue(host, kombu.Exchange(host, "direct"), routing_key=host)(c).declare(),
+            "declare its reply queue": lambda c: c.queue_declare(f"{host}.replies.box.7", durable=False, auto_delete=True),
+            "declare its remote-control queue": lambda c: kombu.Queue(
+                f"{host}@box.celery.pidbox", kombu.Exchange("celery.pidbox", "fanout", durable=False, passive=True),
+                durable=False, auto_delete=True)(c).declare(),
+            "publish a report": publish(f"{mq}.reporting", reports),
+            "publish a remote-control reply": publish("reply.celery.pidbox", "1f2e3d4c"),
+            "publish an event": publish("celeryev", "worker.heartbeat"),
+            **{f"passive declare of {name}": (lambda c, e=exchange: e(c).declare(passive=True))
+               for name, exchange in exchanges.items()},
+        }
+        done = {what: attempt(connection, fn) for what, fn in allowed.items()}
+        assert {what: outcome for what, outcome in done.items() if outcome != "done"} == {}
+
+        refused = {}
+        for name, exchange in [*exchanges.items(), ("amq.direct", kombu.Exchange("amq.direct", "direct")),
+                               ("the default exchange", kombu.Exchange("", "direct"))]:
+            refused[f"delete exchange {name}"] = lambda c, name=exchange.name: c.exchange_delete(name)
+            refused[f"declare exchange {name} as it is"] = (
+                lambda c, e=exchange: c.exchange_declare(e.name, e.type, durable=e.durable, auto_delete=False))
+            refused[f"declare exchange {name} otherwise"] = (
+                lambda c, e=exchange: c.exchange_declare(e.name, "headers", durable=not e.durable, auto_delete=True))
+        refused["declare exchange amq.switchyard"] = lambda c: c.exchange_declare("amq.switchyard", "fanout")
+        for name, queue in queues.items():
+            refused[f"delete queue {name}"] = lambda c, name=name: c.queue_delete(name)
+            refused[f"declare queue {name} as it is"] = (
+                lambda c, q=queue: c.queue_declare(q.name, durable=q.durable, auto_delete=q.auto_delete))
+            refused[f"declare queue {name} otherwise"] = (
+                lambda c, q=queue: c.queue_declare(q.name, durable=not q.durable, arguments={"x-max-length": 1}))
+            refused[f"purge queue {name}"] = lambda c, name=name: c.queue_purge(name)
+            refused[f"get from queue {name}"] = lambda c, name=name: c.basic_get(name)
+            refused[f"consume queue {name}"] = lambda c, name=name: c.basic_consume(name, callback=lambda m: None)
+            refused[f"bind queue {name} to the broadcasts"] = lambda c, name=name: c.queue_bind(name, "celery.pidbox")
+        refused[f"unbind the reports queue from {mq}.reporting"] = (
+            lambda c: c.queue_unbind(reports, f"{mq}.reporting", routing_key=reports))
+        # Its own queue bound where it would be sent copies of what others are.
+        for name, key in [(f"{mq}.reporting", reports), ("celeryev", "#"), ("reply.celery.pidbox", "1f2e3d4c"),
+                          (mq, mq), (other, other), ("amq.direct", mq)]:
+            refused[f"bind its queue to {name}"] = lambda c, name=name, key=key: c.queue_bind(host, name, routing_key=key)
+        refused[f"bind its exchange to {mq}.reporting"] = (
+            lambda c: c.exchange_bind(destination=host, source=f"{mq}.reporting", routing_key=reports))
+        for what, (exchange, key) in {
+            "a task to the management queue": (mq, mq),
+            "a task to the management queue through the default exchange": ("", mq),
+            "a task to another agent's queue": (other, other),
+            "a task to another agent's queue through the default exchange": ("", other),
+            "an answer to another agent's claim": ("", f"{other}.replies.box.42"),
+            "a broadcast (a kill, a cancel)": ("celery.pidbox", ""),
+            "a report straight into the reports queue": ("", reports),
+            "to amq.direct": ("amq.direct", mq),
+        }.items():
+            refused[f"publish {what}"] = publish(exchange, key)
+        outcomes = {what: attempt(connection, fn) for what, fn in refused.items()}
+    assert {what: outcome for what, outcome in outcomes.items() if outcome != "refused"} == {}
+
+    # Everything shared is still there as it was declared, with what it held.
+    with kombu.Connection(admin_url) as admin:
+        for name, exchange in exchanges.items():
+            as_declared = attempt(admin, lambda c, e=exchange: c.exchange_declare(e.name, e.type, durable=e.durable,
+                                                                                  auto_delete=False))
+            assert as_declared == "done", f"{name}: {as_declared}"
+        held = {name: admin.channel().queue_declare(name, passive=True).message_count for name in queues}
+    # What each held, and the report and the reply the account published.
+    assert held == {**{name: 1 for name in queues}, reports: 2, "1f2e3d4c.reply.celery.pidbox": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_with_an_account_of_its_own_waits_for_the_managers_then_works(own_rabbitmq, stack):
+    """An agent whose RabbitMQ account has only the permissions ``rabbitmq_agent_account`` prints
+    (and no database) declares nothing shared: started before any manager, in a new vhost, it
+    waits for the managers to declare what it uses. Then it registers, heart-beats, runs
+    operations and their retries, answers remote control, sends its task events, and hears a
+    cancel and a kill; the broker refused it nothing."""
+    node = own_rabbitmq()
+    admin_url = with_vhost(node.url, ACCOUNT_VHOST)
+    on = OnNode(stack, node, CELERY_BROKER_URL=admin_url)
     host = stack.agent_name("host-1")
-    printed = on.command("account", "rabbitmq_agent_account", host, "--user", "agent-1").splitlines()
-    assert printed[0].startswith("rabbitmqctl add_user agent-1 ")
-    node.ctl("add_user", "agent-1", "its-password")
-    node.ctl(*shlex.split(printed[1])[1:])  # set_permissions -p / agent-1 <configure> <write> <read>
-    own_url = node.url.replace(f"{node.user}:{node.password}@", "agent-1:its-password@")
+    own_url = agent_account(on, node, host, "agent-1")
+    agent = stack.manage(host, "run_agent", host, "--concurrency", "2", "--loglevel", "INFO",
+                         env={**on.env, "CELERY_BROKER_URL": own_url, "DATABASE_URL": NO_DATABASE_URL})
+    stack.wait_for(lambda: "waiting for a manager to declare" in agent.log_text(), 60,
+                   "the agent to wait for the managers", agent.log_tail)
+    assert agent.alive() and not Agent.objects.filter(name=host).exists()
+
     on.manager()
-    stack.manage(host, "run_agent", host, "--concurrency", "2", "--loglevel", "INFO",
-                 env={**on.env, "CELERY_BROKER_URL": own_url, "DATABASE_URL": NO_DATABASE_URL})
-    stack.wait_for_agent(host)
+    registered = stack.wait_for_agent(host)
+    beat = Agent.objects.get(name=host).last_heartbeat
+    stack.wait_for(lambda: Agent.objects.get(name=host).last_heartbeat > beat, 30, "a later heartbeat")
+    with kombu.Connection(admin_url) as admin:  # a copy of every event from now on, as Flower gets them
+        events = kombu.Queue("events-copy", kombu.Exchange("celeryev", "topic", passive=True), routing_key="#",
+                             durable=False)
+        events(admin.channel()).declare()
 
     done = on.start("it_retries", f"agent={host}", failure_mode="continue_while_possible")
     finish(stack, done, "failed")
     assert operations(done)["flaky"].state == "succeeded" and ran(stack, "flaky") == 3, "outcomes and retries reported"
-
     cancelled, killed = cancel_and_kill(stack, on, host)
 
-    refused = []
-    for attempt in (lambda c: c.default_channel.basic_publish(c.default_channel.prepare_message(b"{}"),
-                                                              exchange=stack.management_queue, routing_key=stack.management_queue),
-                    lambda c: c.default_channel.basic_publish(c.default_channel.prepare_message(b"{}"),
-                                                              exchange="", routing_key=f"{stack.management_queue}.reports"),
-                    lambda c: c.default_channel.basic_publish(c.default_channel.prepare_message(b"{}"),
-                                                              exchange="celery.pidbox", routing_key=""),
-                    lambda c: c.default_channel.basic_get(f"{stack.management_queue}.reports"),
-                    lambda c: c.default_channel.basic_get(stack.management_queue)):
-        with kombu.Connection(own_url) as connection:
-            try:
-                attempt(connection)
-                connection.default_channel.basic_qos(0, 1, False)  # a round trip: a refusal closes the channel first
-            except connection.channel_errors + connection.connection_errors as exc:
-                refused.append("ACCESS_REFUSED" in str(exc) or "access" in str(exc).lower())
-            else:
-                refused.append(False)
-    assert refused == [True] * 5, refused
+    answered = on.command("ping", "shell", "-c", "from switchyard.celery import app; print(app.control.ping(timeout=3))")
+    assert f"'{host}@" in answered, "it answers remote control"
+    with kombu.Connection(admin_url) as admin:
+        channel = admin.channel()
+        seen = set()
+        while (message := channel.basic_get("events-copy", no_ack=True)) is not None:
+            body = json.loads(message.body)
+            for event in body if isinstance(body, list) else [body]:  # a worker sends task events in batches
+                if str(event.get("hostname", "")).startswith(f"{host}@"):
+                    seen.add(event.get("type"))
+    assert {"task-received", "task-started", "task-succeeded"} <= seen, seen
+    assert Agent.objects.get(name=host).started_at == registered.started_at, "one run of it throughout"
+    assert agent.alive()
+    assert "ACCESS_REFUSED" not in agent.log_text() and "NOT_FOUND" not in agent.log_text(), agent.log_tail()
     for execution in (done, cancelled, killed):
         assert_operation_events_consistent(execution)

@@ -8,14 +8,17 @@ reads), and the event log agrees with the state machines. An agent SIGKILLed mid
 started again is ``test_engine.py::test_agent_killed_mid_operation_is_retried_after_it_starts_again``.
 """
 
+import json
 import os
 import re
 import time
 from datetime import timedelta
 from io import StringIO
 
+import kombu
 import psutil
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -113,7 +116,9 @@ def test_force_resume_after_retries_were_exhausted_runs_the_failed_operation_exa
 @pytest.mark.django_db(transaction=True)
 def test_resume_of_a_cancelled_execution_carries_on_from_where_it_stopped(stack):
     s = up(stack)
-    execution = services.start("it_stoppable", {"agent": s.h1, "on_cancel": "raise", "seconds": 3.0})
+    release = stack.base_dir / "release-running"  # the running step ends once the test made it
+    execution = services.start("it_stoppable", {"agent": s.h1, "on_cancel": "raise", "seconds": 60.0,
+                                                "until": str(release)})
     stack.wait_for_operation(execution.pk, "running", "started")
     stack.wait_for(lambda: ran(stack, "running"), 30, "the running step to run")
     services.cancel(execution.pk)
@@ -129,6 +134,7 @@ def test_resume_of_a_cancelled_execution_carries_on_from_where_it_stopped(stack)
     assert status == 1 and f"cannot force-resume execution {execution.pk}: it is started" in output, output
     assert snapshot(execution)[:2] == before[:2], "a refused force-resume changes nothing"
 
+    release.touch()
     done = finish(stack, execution, "completed")
     assert (ran(stack, "first"), ran(stack, "running"), ran(stack, "after")) == (1, 2, 1)
     assert done.payload is not None and operations(execution)["running"].result == "finished"
@@ -195,6 +201,45 @@ def test_an_outcome_lost_with_the_manager_that_took_it_is_sent_again_by_its_agen
     assert (step.state, step.attempt) == ("succeeded", 1), "the outcome it reported, not a second attempt"
     assert ran(stack, "lost-outcome") == 1
     assert_operation_events_consistent(execution)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_lost_with_the_manager_that_took_it_is_sent_again_by_its_agent(stack):
+    # The same loss for a claim: the agent's only pool process waits for the answer. A claim sent
+    # once would keep it, and the step, waiting a claim's whole timeout (DATABASE_OUTAGE_TOLERANCE
+    # and a margin: 130 s); the new manager's second delivery of the step waits behind it.
+    s = up(stack, concurrency=(1, 2))
+    stack.stop(s.agents[s.h1])
+    execution = services.start("it_single", {"agent": s.h1, "tag": "lost-claim", "seconds": 0.1})
+    stack.wait_for_operation(execution.pk, "long", "sent")
+    stack.kill(s.manager)
+    stack.start_agent(s.h1, concurrency=1)
+    step = Operation.objects.get(execution=execution, name="long")
+    drop_claim(stack, step)
+    stack.start_manager(concurrency=4, name="manager-2")
+    assert finish(stack, execution, "completed", timeout=60).payload == {"result": "lost-claim"}
+    step.refresh_from_db()
+    assert (step.state, step.attempt) == ("succeeded", 1)
+    assert ran(stack, "lost-claim") == 1
+    assert_operation_events_consistent(execution)
+
+
+def drop_claim(stack, step, timeout=60):
+    """Take the agent's claim of ``step`` from the reports queue and drop it, as a manager killed
+    as it takes it would; the other reports it reads go back to the queue when it closes."""
+    name = broker.reports_queue().name
+    with kombu.Connection(settings.CELERY_BROKER_URL) as connection:
+        channel = connection.channel()
+
+        def dropped():
+            while (message := channel.basic_get(name, no_ack=False)) is not None:
+                report = json.loads(message.body)
+                if report.get("kind") == "claim" and report.get("operation") == str(step.pk):
+                    channel.basic_ack(message.delivery_tag)
+                    return True
+            return False
+
+        stack.wait_for(dropped, timeout, "the agent's claim")
 
 
 @pytest.fixture

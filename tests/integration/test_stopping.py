@@ -5,6 +5,8 @@ and are checked with psutil. The ``stack`` fixture also checks, after each test,
 cancel-first-terminate-after over every execution that ended.
 """
 
+import os
+import signal
 import time
 
 import psutil
@@ -185,6 +187,24 @@ def test_every_ending_cancels_and_stops_running_operations_before_the_execution_
     stack.wait_for(lambda: gone(pool_process), stack.workflows["KILL_GRACE_SECONDS"] + 2,
                    f"busy's process {pool_process} to be stopped")
     assert_operation_events_consistent(execution)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_sigterm_ends_the_pool_process_of_an_operation_and_its_attempt_is_lost(stack):
+    """The SIGTERM of a kill (or of anyone's ``kill``) raises SystemExit in the pool process
+    (billiard's handler): the attempt is reported lost and the process ends, as the signal asks.
+    Caught as an operation's own ``exit()``, it left the process running; only a second SIGTERM
+    ended it, which a kill of an execution sends only now and then."""
+    s = up(stack)
+    execution = services.start("it_single", {"agent": s.h1, "tag": "obeys", "seconds": 600.0})
+    marker = stack.wait_for(lambda: stack.invocations("obeys"), 30, "the step to run")[0]
+    os.killpg(marker["pgid"], signal.SIGTERM)
+    stack.wait_for(lambda: gone(marker["pid"]), 10, f"the pool process {marker['pid']} to end")
+    # Lost (a retryable failure): the second attempt runs, without the sleep of the first.
+    finish(stack, execution, "completed")
+    lost = Event.objects.get(execution_id=execution.pk, operation="long", type="task_rescheduled")
+    assert "got SIGTERM" in lost.message, lost.message
+    assert Operation.objects.get(execution_id=execution.pk, name="long").attempt == 2
 
 
 @pytest.mark.django_db(transaction=True)

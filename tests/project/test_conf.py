@@ -32,6 +32,7 @@ SPEC_DEFAULTS = {
     "RETENTION_DAYS": None,
     # Issue 37's: the bearer token that scrapes GET /api/v1/metrics.
     "METRICS_TOKEN": None,
+    "AGENT_MASTER_KEY": None,
 }
 
 

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.processes  # docker compose
+
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker" / "compose.yaml"
 #: What compose needs from the environment, or it refuses to start.

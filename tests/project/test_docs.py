@@ -31,6 +31,9 @@ from workflows_app.conf import DEFAULTS
 from workflows_app.engine import listeners
 from workflows_app.signals import execution_status_changed
 
+pytestmark = pytest.mark.processes  # the documentation's build
+
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"

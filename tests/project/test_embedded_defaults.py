@@ -11,6 +11,8 @@ import pytest
 
 from workflows_app import embedded_redis
 
+pytestmark = pytest.mark.processes  # the project's processes and their embedded Redis
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
@@ -19,6 +21,7 @@ django.setup()
 from django.conf import settings
 from django.db import connection
 from switchyard.celery import app
+
 with app.connection_for_write() as conn:
     conn.ensure_connection(max_retries=3)
     client = conn.default_channel.client

@@ -29,6 +29,8 @@ from workflows_app import checks, conf, environment, registry
 from workflows_app.errors import RegistrationError
 from workflows_app.management.commands.standalone import Command as Standalone
 
+pytestmark = pytest.mark.processes  # commands and projects of their own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SETTINGS = '''\
@@ -36,6 +38,7 @@ SETTINGS = '''\
 import json
 import os
 from pathlib import Path
+
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "django-insecure-only-for-this-test"

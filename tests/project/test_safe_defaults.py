@@ -27,6 +27,8 @@ from workflows_app import embedded_redis, local_files
 from workflows_app.management.commands import run_flower
 from workflows_app.management.supervisor import Child, Supervisor
 
+pytestmark = pytest.mark.processes  # the project's commands
+
 ROOT = Path(__file__).resolve().parents[2]
 USUAL_UMASK = 0o022
 BROKER_PASSWORD = "broker-password-not-to-show"
@@ -40,6 +42,7 @@ django.setup()
 from django.conf import settings
 from django.db import connection
 from django.test import Client
+
 
 response = Client().get("/admin/", HTTP_HOST="attacker.example")
 with connection.cursor() as cursor:

@@ -39,6 +39,7 @@ def text_of(path):
         return None
 
 
+@pytest.mark.processes
 def test_no_file_cites_the_internal_contract():
     offenders = []
     for name in repository_files():

@@ -2,7 +2,6 @@
 leaves alone, the new token, and what each refuses. The messages they send go out on commit,
 which these tests never reach. The processes' side is in tests/integration/test_restart.py."""
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -15,6 +14,8 @@ from workflows_app.errors import ActionRefused, StaleToken
 from workflows_app.models import Event, Execution, Operation, OperationDependency
 from workflows_app.states import ExecutionStatus, OperationState
 from workflows_app.transitions import execution_transition
+from tests import UNKNOWN_ID
+
 
 ACTIONS = {"resume": services.resume, "force-resume": services.force_resume}
 ALLOWED = {"resume": {"started", "cancelled", "failed"}, "force-resume": {"cancelled", "failed"}}
@@ -148,7 +149,7 @@ def test_resume_execution_command_refuses_a_completed_execution(make_execution):
     assert Execution.objects.get(pk=execution.pk).status == "completed"
 
 
-@pytest.mark.parametrize("execution_id", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("execution_id", [UNKNOWN_ID, "not-a-uuid"])
 def test_resume_execution_command_names_an_unknown_execution(db, execution_id):
     with pytest.raises(CommandError, match="no execution"):
         call_command("resume_execution", execution_id)

@@ -6,8 +6,6 @@ a transaction that never commits, so they need no broker. The processes' side is
 tests/integration/test_stopping.py.
 """
 
-import uuid
-
 import pytest
 from django.core.management import CommandError, call_command
 
@@ -17,6 +15,8 @@ from workflows_app.errors import ActionRefused, StaleToken
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.states import EXECUTION_TERMINAL, ExecutionStatus
 from workflows_app.transitions import execution_transition
+from tests import UNKNOWN_ID
+
 
 ACTIONS = {"cancel": services.cancel, "force-cancel": services.force_cancel, "kill": services.kill}
 #: Where each stop action is allowed, besides pending and queued (which end cancelled).
@@ -183,7 +183,7 @@ def test_cancel_execution_command_refuses_with_one_line(make_execution, argv, sa
     assert Execution.objects.get(pk=execution.pk).status == "completed"
 
 
-@pytest.mark.parametrize("execution_id", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("execution_id", [UNKNOWN_ID, "not-a-uuid"])
 def test_cancel_execution_command_names_an_unknown_execution(db, execution_id):
     with pytest.raises(CommandError, match=f"no execution '{execution_id}'"):
         call_command("cancel_execution", execution_id)

@@ -155,8 +155,7 @@ def test_log_data_that_cannot_be_stored_is_refused_in_the_operation_and_nothing_
     execution = run_pass(services.start("it_bad_value", {"where": "log", "kind": "ok"}))
     step = produce(execution)
     monkeypatch.setenv(local.NAME_ENV, step.agent)
-    context = OperationContext(step.pk, step.attempt, signing.attempt_secret(step.pk, step.attempt, step.agent),
-                               {"execution": str(execution.pk), "step": step.name})
+    context = OperationContext(step.pk, step.attempt, {"execution": str(execution.pk), "step": step.name})
 
     with pytest.raises(ValueRefused, match="the log's data.listing.file: lone surrogates"):
         context.log("listing", listing=bad_value("surrogate"))

@@ -8,7 +8,9 @@ import uuid
 import pytest
 from celery import current_app
 
+from workflows_app import signing
 from workflows_app.broker import RUNNER_TASK
+from workflows_app.wire import keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -40,7 +42,8 @@ def test_a_message_left_in_the_agents_queue_by_another_run_does_not_hold_it(swit
     switchyard.agent("harness-warehouse")
     # An attempt of an operation this test's database does not hold (an earlier run's, killed
     # midway): its claim has no answer from the intake; the harness answers "drop".
-    current_app.send_task(RUNNER_TASK, args=[str(uuid.uuid4()), 1], kwargs={"secret": "stale"},
-                          queue="harness-warehouse", serializer="json")
+    args = [str(uuid.uuid4()), 1]
+    proof = keys.prove(signing.agent_key("harness-warehouse"), keys.Purpose.OPERATION, args)
+    current_app.send_task(RUNNER_TASK, args=args, kwargs={"proof": proof}, queue="harness-warehouse", serializer="json")
     result = switchyard.run("harness_warehouse", {"skus": ["apple"], "agent": "harness-warehouse"})
     assert result.status == "completed", result.error

@@ -8,9 +8,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from agents.worker import local
 
 
+@pytest.mark.processes
 def test_a_group_whose_only_process_is_an_unreaped_zombie_is_not_running():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:

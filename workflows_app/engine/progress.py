@@ -9,8 +9,10 @@ import functools
 
 from django.db import connection, transaction
 
-from workflows_app import broker, clock, db
+from workflows_app import broker, clock, db, values
+from workflows_app.conf import workflows_settings
 from workflows_app.engine import children, policy
+from workflows_app.errors import TransitionRefused
 from workflows_app.models import Execution, Operation
 from workflows_app.states import (
     OPERATION_IN_FLIGHT_OR_WAITING,
@@ -19,7 +21,7 @@ from workflows_app.states import (
     OperationState,
     StepKind,
 )
-from workflows_app.transitions import create_operation, operations_transition
+from workflows_app.transitions import create_operation, operation_transition, operations_transition
 
 
 def lock_execution(execution_id):
@@ -56,13 +58,53 @@ SENT_BATCH = 50
 def publish(operations):
     """Send each operation's current attempt (``broker.send_operations``), then record those
     still ``sending`` as ``sent`` (not one the agent or a cancel already moved on), a batch at a
-    time. Run after commit, or from stored state (the tick, a manager that starts)."""
+    time. Run after commit, or from stored state (the tick, a manager that starts).
+
+    An operation whose agent name cannot be one (``values.agent_name_problem``: a row stored before
+    the name was checked) is not sent, and one whose message the broker refused
+    (``broker.refusal``) is not sent again: each fails for good (:func:`fail_unsendable`), and the
+    others go on. A broker that cannot be reached raises, as before: what stays ``sending`` is sent
+    again by the tick."""
     operations = list(operations)
     for start in range(0, len(operations), SENT_BATCH):
-        batch = operations[start:start + SENT_BATCH]
-        broker.send_operations(batch)
+        batch, unsendable = [], []
+        for op in operations[start:start + SENT_BATCH]:
+            problem = None if op.agent == workflows_settings.MANAGEMENT_QUEUE else values.agent_name_problem(op.agent)
+            if problem is None:
+                batch.append(op)
+            else:
+                unsendable.append((op, f"not sent: invalid agent name {values.shown_name(op.agent)}: {problem}"))
+        refused = broker.send_operations(batch) if batch else []
+        unsendable += [(op, f"the broker refused the message to agent {values.shown_name(op.agent)}: {reason}")
+                       for op, reason in refused or ()]
+        gone = {id(op) for op, _ in unsendable}
         # Those the agent (or a cancel) already moved on are left out, as they should be.
-        operations_transition([op for op in batch if op.state == OperationState.SENDING], OperationState.SENT)
+        operations_transition([op for op in batch if op.state == OperationState.SENDING and id(op) not in gone],
+                              OperationState.SENT)
+        for op, message in unsendable:
+            fail_unsendable(op, message)
+
+
+#: The error type of an operation that could not be sent (:func:`fail_unsendable`).
+SEND_REFUSED = "SendRefused"
+
+
+def fail_unsendable(operation, message) -> bool:
+    """The attempt of ``operation`` (``sending``) that can never be sent fails for good, with the
+    error ``SendRefused``: ``message`` says why. It is what ``reports.record_failure`` records of a
+    failure that is not retried — the same transition and event, and the execution woken to see
+    it — without what only a report needs (it never reached an agent). Whether it was recorded
+    (not when a cancel or a resume moved the operation on meanwhile)."""
+    error = values.clean_error({"type": SEND_REFUSED, "message": message, "traceback": ""})
+    with transaction.atomic():
+        execution = lock_execution(operation.execution_id)
+        try:
+            operation_transition(operation, OperationState.FAILED, attempt=operation.attempt, error=error,
+                                 message=error["message"][:500], data={"error": error})
+        except TransitionRefused:
+            return False
+        broker.send_advance_on_commit(execution)
+    return True
 
 
 def send_ready(execution, operations, failed=None):

@@ -72,6 +72,8 @@ def store(execution, known, nodes, *, awaited, failed=None, after=()):
             raise ValueRefused("a step name", problem)
         values.check(list(node.args), f"step '{node.name}' args")
         values.check(node.kwargs, f"step '{node.name}' kwargs")
+        if node.agent and node.kind != StepKind.WORKFLOW:  # none (or ""): a manager runs it
+            values.check_agent_name(node.agent, f"step '{node.name}'")
     settings = workflows_settings
     inside = {node.name for node in new}
     rows = []

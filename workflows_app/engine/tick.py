@@ -4,6 +4,13 @@ runs it every half second, with the agents' own check for offline agents
 
 Each pass is idempotent (every change is a compare-and-set), so any number of managers may
 tick at once.
+
+A pass is made of parts (:func:`run`, :func:`run_deadlines`): due retries, timed-out operations,
+due executions, deferred starts, schedules, the sweep for lost messages, the broker's watch.
+In a manager each part runs whatever another one raised: its error is logged (once with its
+traceback, then one line a pass until the part works again) and the pass goes on. Only an
+unreachable database ends the pass (``outages.is_outage``): every part needs it, and the
+manager's tick says so once rather than once a part.
 """
 
 import logging
@@ -11,7 +18,7 @@ from datetime import timedelta
 
 from django.db.models import Min
 
-from workflows_app import broker, clock
+from workflows_app import broker, clock, outages
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import (
     children,
@@ -56,28 +63,63 @@ BROKER_CHECK_SECONDS = 3
 
 
 def run(now=None):
-    """One pass of the tick (a manager runs one every half second)."""
+    """One pass of the tick (a manager runs one every half second), each part whatever another
+    part raised (:func:`part`)."""
     global _last_sweep
     now = now or clock.now()
-    run_deadlines(now)
+    run_deadlines(now, guarded=True)
     if _last_sweep is None or (now - _last_sweep).total_seconds() >= SWEEP_EVERY_SECONDS:
         _last_sweep = now
-        resend_stuck_messages(now)
-    try:
-        recovery.broker_watch.check(every=BROKER_CHECK_SECONDS)
-    except Exception as exc:  # the broker is down: the next tick looks again
-        logger.warning("could not reach the broker: %s", exc)
+        part("resend_stuck_messages", resend_stuck_messages, now)
+    # A broker that is down: the next pass looks again.
+    part("broker_watch", recovery.broker_watch.check, every=BROKER_CHECK_SECONDS)
 
 
-def run_deadlines(now):
+def run_deadlines(now, *, guarded=False):
     """What has fallen due by ``now``: retries whose back-off passed are sent, operations past
     their timeout fail, executions whose stored deadline passed are woken, deferred starts and
-    schedules' slots that fell due start."""
-    progress.send_due_retries(now)
-    fail_timed_out_operations(now)
-    wake_due_executions(now)
-    starts.send_due(now)
-    schedules.fire_due(now)
+    schedules' slots that fell due start. ``guarded`` (a manager's pass): each part runs whatever
+    another raised (:func:`part`); else the first error is raised (the test harness shows it)."""
+    call = part if guarded else _call
+    call("send_due_retries", progress.send_due_retries, now)
+    call("fail_timed_out_operations", fail_timed_out_operations, now)
+    call("wake_due_executions", wake_due_executions, now)
+    call("starts.send_due", starts.send_due, now)
+    call("schedules.fire_due", schedules.fire_due, now)
+
+
+#: The parts of the pass whose last run failed: the next failure of one is logged without its
+#: traceback (but at DEBUG), until it works again.
+_failing_parts = set()
+
+
+def part(name, function, *args, **kwargs) -> bool:
+    """``function(*args, **kwargs)``, one part of a pass: whether it ran without an error. An
+    error is logged — one line naming the part; its traceback the first time in a row (later ones
+    at DEBUG) — and not raised, so that the pass goes on with the next part. But an unreachable
+    database is raised (``outages.is_outage``): no part can run without it, and the manager's
+    tick rides it out (``agents.worker.lifecycle.Ticker``)."""
+    try:
+        function(*args, **kwargs)
+    except Exception as exc:
+        if outages.is_outage(exc):
+            raise
+        if name in _failing_parts:
+            logger.error("tick: %s failed again: %s: %s", name, type(exc).__name__, exc)
+            logger.debug("tick: %s failed", name, exc_info=True)
+        else:
+            _failing_parts.add(name)
+            logger.error("tick: %s failed: %s: %s (the pass goes on)", name, type(exc).__name__, exc, exc_info=True)
+        return False
+    if name in _failing_parts:
+        _failing_parts.discard(name)
+        logger.warning("tick: %s works again", name)
+    return True
+
+
+def _call(name, function, *args, **kwargs) -> bool:
+    function(*args, **kwargs)
+    return True
 
 
 def next_deadline(after):

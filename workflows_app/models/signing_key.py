@@ -2,12 +2,10 @@ from django.db import models
 
 
 class SigningKey(models.Model):
-    """The key the managers sign each operation message's attempt with (``workflows_app.signing``).
+    """The salt of an agent's key once it was rotated (``workflows_app.signing``): named
+    ``agent:<agent name>``. Agents never read it: an agent holds broker credentials and its key."""
 
-    It lives in the database because agents have no access to it: an agent holds broker
-    credentials only, so it cannot make the secret of an attempt that was not sent to it."""
-
-    name = models.CharField(max_length=50, unique=True)
+    name = models.CharField(max_length=220, unique=True)
     key = models.CharField(max_length=128)
 
     class Meta:

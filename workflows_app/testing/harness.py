@@ -40,12 +40,12 @@ from agents.models import Agent
 from agents.runner import AttemptFailed, run_operation
 from agents.worker import link, local
 from agents.worker.inbox import Inbox
-from workflows_app import broker, clock, services, wire
+from workflows_app import broker, clock, services, signing, wire
 from workflows_app.conf import VAR_DIR_ENV
 from workflows_app.engine import dispatcher, history, replaycheck, tick
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import get_operation, operation_name, workflow_modules, workflow_name
-from workflows_app.signing import attempt_secret
+from workflows_app.wire import keys
 from workflows_app.states import EXECUTION_TERMINAL, OPERATION_IN_FLIGHT, OPERATION_TERMINAL
 
 #: The most messages one call runs before it gives up on a workflow that never settles (a loop
@@ -309,7 +309,7 @@ class Harness:
         # own var directory (and, on embedded defaults, the embedded Redis found there).
         env = {key: value for key, value in self._outer_environment.items()
                if key not in (local.NAME_ENV, local.INCARNATION_ENV)}
-        env.update({"PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
+        env.update({keys.KEY_ENV: signing.agent_key(name), "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
                     "SWITCHYARD_WORKFLOW_MODULES": ",".join(workflow_modules()), "PYTHONUNBUFFERED": "1"})
         with open(log_path, "ab") as log:
             process = subprocess.Popen([sys.executable, "-m", "django", "run_agent", name, "--concurrency", "1",
@@ -361,9 +361,10 @@ class Harness:
         answered = {answer.get("id") for _, answer in answers}
         for body in bodies:
             if (isinstance(body, dict) and body.get("kind") == wire.Kind.CLAIM and body.get("id") not in answered
-                    and isinstance(body.get("reply_to"), str)):
-                answers.append((body["reply_to"], {"id": body.get("id"), "verdict": wire.Verdict.DROP,
-                                                   "reason": "not an operation of this test"}))
+                    and isinstance(body.get("reply_to"), str) and isinstance(body.get("agent"), str)):
+                answer = {"id": body.get("id"), "verdict": wire.Verdict.DROP, "reason": "not an operation of this test"}
+                answer["proof"] = keys.prove(signing.agent_key(body["agent"]), keys.Purpose.ANSWER, answer)
+                answers.append((body["reply_to"], answer))
         return answers
 
     def _stop_agents(self):
@@ -380,7 +381,8 @@ class Harness:
     def _deliver(self, operation_id, attempt, agent):
         with _environment({local.NAME_ENV: agent}):
             try:
-                run_operation.run(operation_id, attempt, secret=attempt_secret(operation_id, attempt, agent))
+                run_operation.run(operation_id, attempt, proof=keys.prove(signing.agent_key(agent), keys.Purpose.OPERATION,
+                                                                          [operation_id, attempt]))
             except (Retry, AttemptFailed):
                 pass  # the attempt failed and was reported: the engine decides what follows
             except Reject as exc:
@@ -464,15 +466,14 @@ class _Line:
         self.harness = harness
 
     def report(self, kind, **fields):
-        body = json.loads(json.dumps({"kind": str(kind), "agent": local.name(), "incarnation": local.incarnation(),
-                                      **fields}))
+        body = json.loads(json.dumps(link.signed(kind, **fields)))
         return self.harness._step(lambda: intake.take([body]))
 
-    def claim(self, operation_id, attempt, secret, timeout):
-        answers = self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt, secret=secret,
+    def claim(self, operation_id, attempt, timeout):
+        answers = self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt,
                               pid=os.getpid(), reply_to=wire.reply_queue(local.name(), "harness", os.getpid()),
                               id="harness")
-        return json.loads(json.dumps(answers[0][1])) if answers else None
+        return keys.without_proof(json.loads(json.dumps(answers[0][1]))) if answers else None
 
 
 def _tail(path, lines=60):

@@ -1,6 +1,7 @@
 """``manage.py rabbitmq_agent_account NAME [--user USER] [--vhost VHOST]``: the ``rabbitmqctl``
-commands that give the agent ``NAME`` a RabbitMQ account of its own, which may read only its own
-queues and publish only reports (``agents.accounts``). It prints them; it changes nothing."""
+commands that give the agent ``NAME`` a RabbitMQ account of its own, which may configure and read
+only its own queues, publish only reports, answers to remote control and events, and declare
+nothing shared (``agents.accounts``). It prints them; it changes nothing."""
 
 import shlex
 
@@ -19,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--vhost", default="/")
 
     def handle(self, *args, name, user, vhost, **options):
-        check_name(name)
+        check_name(name)  # a name no agent can have would configure a queue or an exchange of everyone's
         user = user or name
         if not user or any(c.isspace() for c in user):
             raise CommandError(f"invalid user name {user!r}")

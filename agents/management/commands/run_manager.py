@@ -2,12 +2,14 @@
 (and operations that name no agent), the inbox that stores what agents report, and the tick that
 keeps every stored deadline."""
 
+import os
 import socket
 import uuid
 
 from agents.worker import inbox, manager
 from agents.worker.lifecycle import Ticker, WorkerCommand, begin, run_worker
 from workflows_app.conf import workflows_settings
+from workflows_app.wire import keys
 
 
 class Command(WorkerCommand):
@@ -19,6 +21,9 @@ class Command(WorkerCommand):
 
     def handle(self, *args, concurrency, loglevel, **options):
         queue = workflows_settings.MANAGEMENT_QUEUE
+        # A manager proves what its pool processes report with the key it derives for its own
+        # name: an agent's key left in the environment (run_agent's) is not its key.
+        os.environ.pop(keys.KEY_ENV, None)
         # Any manager carries on every execution: nothing belongs to one process.
         manager.on_start()
         incarnation = begin(queue, register=False)

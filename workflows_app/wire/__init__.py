@@ -1,24 +1,27 @@
 """What agents and managers say to each other through the broker, besides the operation messages.
 
-An agent holds broker credentials only. Everything it tells the system is a **report**, a JSON
-document it publishes to the managers' reports queue (:func:`reports_queue`); a manager stores
-reports in batches (``agents.intake``). One report asks for an answer: the **claim** of an
-attempt, which a manager answers on the reply queue the claim names (:func:`reply_queue`).
+An agent holds broker credentials and its key only. Everything it tells the system is a
+**report**, a JSON document it publishes to the managers' reports queue (:func:`reports_queue`);
+a manager stores reports in batches (``agents.intake``). One report asks for an answer: the
+**claim** of an attempt, which a manager answers on the reply queue the claim names
+(:func:`reply_queue`).
 
 Anyone who may publish to the broker may publish a report, so a manager reads each one with
-:func:`parse`, which checks every field's type and refuses the rest (:class:`Malformed`); what
-the report is *about* is then proved by the attempt's secret (``workflows_app.signing``).
+:func:`parse`, which checks every field's type and size and refuses the rest (:class:`Malformed`);
+that the agent it names sent it is then proved by its ``proof``, an HMAC of the whole report
+under that agent's key (``workflows_app.wire.keys``). A report is at most :func:`max_report_bytes`
+long, refused unread beyond.
 
 =============  =================================================================================
-kind           fields besides ``kind``, ``agent`` and ``incarnation``
+kind           fields besides ``kind``, ``agent``, ``incarnation`` and ``proof``
 =============  =================================================================================
-``claim``      ``operation``, ``attempt``, ``secret``, ``pid``, ``reply_to``, ``id``: may this
-               delivery start the attempt? Answered with a ``verdict`` (:class:`Verdict`).
-``outcome``    ``operation``, ``attempt``, ``secret``, ``outcome`` (:class:`Outcome`), ``result``,
-               ``error``, ``retryable``, ``retry_after``
-``log``        ``operation``, ``attempt``, ``secret``, ``message``, ``data``: ``ctx.log``
-``lost``       ``operation``, ``attempt``, ``secret``, ``message``: the attempt will never report
-``gone``       ``attempts`` (``[operation, attempt, secret]`` each): their processes are gone
+``claim``      ``operation``, ``attempt``, ``pid``, ``reply_to``, ``id``: may this delivery start
+               the attempt? Answered with a ``verdict`` (:class:`Verdict`), proved for the agent.
+``outcome``    ``operation``, ``attempt``, ``outcome`` (:class:`Outcome`), ``result``, ``error``,
+               ``retryable``, ``retry_after``
+``log``        ``operation``, ``attempt``, ``message``, ``data``: ``ctx.log``
+``lost``       ``operation``, ``attempt``, ``message``: the attempt will never report
+``gone``       ``attempts`` (``[operation, attempt]`` each): their processes are gone
 ``heartbeat``  nothing more
 ``register``   ``hostname``, ``pid``, ``concurrency``: a run of the agent begins
 =============  =================================================================================
@@ -28,7 +31,10 @@ import enum
 import math
 import uuid
 
+from workflows_app import values
 from workflows_app.conf import workflows_settings
+from workflows_app.errors import ValueRefused
+from workflows_app.wire import keys
 
 
 class Kind(enum.StrEnum):
@@ -55,14 +61,37 @@ class Verdict(enum.StrEnum):
     STARTED = "started"  # it was started already, by the run of the agent ``incarnation`` names
 
 
-#: The kinds whose report is about one attempt of an operation, and carries its secret.
+#: The kinds whose report is about one attempt of an operation.
 ATTEMPT_KINDS = frozenset({Kind.CLAIM, Kind.OUTCOME, Kind.LOG, Kind.LOST})
 #: Longest agent name, incarnation, host name and reply queue name taken (the columns' sizes).
 MAX_NAME = 200
 
 
+#: The fields each kind may carry besides ``kind``, ``agent``, ``incarnation`` and ``proof``.
+FIELDS = {
+    Kind.CLAIM: {"operation", "attempt", "pid", "reply_to", "id"},
+    Kind.OUTCOME: {"operation", "attempt", "outcome", "result", "error", "retryable", "retry_after"},
+    Kind.LOG: {"operation", "attempt", "message", "data"},
+    Kind.LOST: {"operation", "attempt", "message"},
+    Kind.GONE: {"attempts"},
+    Kind.HEARTBEAT: set(),
+    Kind.REGISTER: {"hostname", "pid", "concurrency"},
+}
+#: The longest ``lost`` message and error type taken (their columns' and events' sizes).
+MAX_LINE = 1000
+#: What a report may add to its payload (a result, an error, a log's data): its other fields and
+#: the JSON around them.
+REPORT_OVERHEAD_BYTES = 64 * 1024
+
+
 class Malformed(ValueError):
-    """A report that is not one: a missing field, a field of the wrong type, an unknown kind."""
+    """A report that is not one: a missing field, a field of the wrong type or size, an unknown kind."""
+
+
+def max_report_bytes() -> int:
+    """The longest report a manager reads: a payload of ``MAX_PAYLOAD_BYTES`` (a result, an error,
+    a log's data) with every character escaped twice over, and the rest. Longer: refused unread."""
+    return 2 * workflows_settings.MAX_PAYLOAD_BYTES + REPORT_OVERHEAD_BYTES
 
 
 def reports_queue() -> str:
@@ -90,16 +119,22 @@ def reply_prefix(agent) -> str:
 
 
 def parse(body) -> dict:
-    """The report ``body`` as a dict of checked fields; :class:`Malformed` when it is not one."""
+    """The report ``body`` as a dict of checked fields; :class:`Malformed` when it is not one. Its
+    proof is checked for form only: whether it proves anything is the intake's to say."""
     if not isinstance(body, dict):
         raise Malformed("a report is a JSON object")
     try:
         kind = Kind(body.get("kind"))
     except ValueError:
         raise Malformed(f"unknown kind {str(body.get('kind'))[:40]!r}") from None
+    extra = set(body) - FIELDS[kind] - {"kind", "agent", "incarnation", "proof"}
+    if extra:
+        raise Malformed(f"{kind}: no field {sorted(extra)[0][:40]!r}")
+    if not keys.is_key(body.get("proof")):
+        raise Malformed(f"proof: {keys.KEY_CHARS} hexadecimal digits are needed")
     report = {"kind": kind, "agent": _name(body, "agent"), "incarnation": _text(body, "incarnation", 64)}
     if kind in ATTEMPT_KINDS:
-        report.update(operation=_uuid(body, "operation"), attempt=_attempt(body.get("attempt")), secret=_text(body, "secret", 128))
+        report.update(operation=_uuid(body, "operation"), attempt=_attempt(body.get("attempt")))
     if kind == Kind.CLAIM:
         report.update(pid=_int(body, "pid"), reply_to=_name(body, "reply_to"), id=_text(body, "id", 64))
     elif kind == Kind.OUTCOME:
@@ -111,6 +146,8 @@ def parse(body) -> dict:
         if outcome != Outcome.SUCCEEDED and not (
                 isinstance(error, dict) and all(isinstance(error.get(key, ""), str) for key in ("type", "message", "traceback"))):
             raise Malformed("error: an object whose type, message and traceback are strings is needed")
+        if error is not None:
+            _payload(error, "error")
         retry_after = body.get("retry_after")
         if retry_after is not None and not _number(retry_after):
             raise Malformed("retry_after: a number of seconds or null")
@@ -119,21 +156,27 @@ def parse(body) -> dict:
     elif kind == Kind.LOG:
         if not isinstance(body.get("data"), dict):
             raise Malformed("data: an object is needed")
-        report.update(message=_text(body, "message", None), data=body["data"])
+        report.update(message=_text(body, "message", workflows_settings.MAX_PAYLOAD_BYTES), data=body["data"])
     elif kind == Kind.LOST:
-        report.update(message=_text(body, "message", 1000))
+        report.update(message=_text(body, "message", MAX_LINE))
     elif kind == Kind.GONE:
         attempts = body.get("attempts")
-        if not isinstance(attempts, list) or not all(isinstance(a, list) and len(a) == 3 for a in attempts):
-            raise Malformed("attempts: a list of [operation, attempt, secret]")
-        report.update(attempts=[(_uuid({"operation": o}, "operation"), _attempt(a), _text({"secret": s}, "secret", 128))
-                                for o, a, s in attempts])
+        if not isinstance(attempts, list) or not all(isinstance(a, list) and len(a) == 2 for a in attempts):
+            raise Malformed("attempts: a list of [operation, attempt]")
+        report.update(attempts=[(_uuid({"operation": o}, "operation"), _attempt(a)) for o, a in attempts])
     elif kind == Kind.REGISTER:
         concurrency = body.get("concurrency")
         if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
             raise Malformed("concurrency: a positive integer or null")
         report.update(hostname=_text(body, "hostname", 255), pid=_int(body, "pid"), concurrency=concurrency)
     return report
+
+
+def _payload(value, name):
+    try:
+        values.check(value, name)
+    except ValueRefused as refused:
+        raise Malformed(str(refused)) from None
 
 
 def _text(body, name, limit):

@@ -34,9 +34,12 @@ process: inside :func:`diverted`, the engine's messages go to it instead of the 
 import functools
 import json
 import logging
+import secrets
 from contextlib import contextmanager
 
+import amqp.exceptions
 import kombu
+import redis.exceptions
 from celery import current_app
 from celery.utils.imports import instantiate
 from django.db import transaction
@@ -45,7 +48,8 @@ from workflows_app import wire
 from workflows_app.conf import workflows_settings
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
-from workflows_app.signing import attempt_secret
+from workflows_app import signing
+from workflows_app.wire import keys
 
 logger = logging.getLogger(__name__)
 
@@ -216,36 +220,76 @@ def send_advance_on_commit(execution):
     transaction.on_commit(lambda: send_advance(execution.pk, execution.workflow_id))
 
 
-def send_operations(operations):
+def send_operations(operations) -> list:
     """Send the current attempt of each operation to its agent's queue, all through one producer
     (one broker connection). The caller records them ``sent`` (``engine.progress.publish``).
 
     Each message is named after its workflow (:func:`operation_headers`), taken from the
     execution an operation holds (a caller that has the execution attaches it: no query), else
-    read for all of them in one query."""
+    read for all of them in one query.
+
+    Returns those the broker refused, each with why: ``[(operation, reason)]`` (:func:`refusal`:
+    sending it again would be refused again); the others are sent still. Any other error — a
+    broker that cannot be reached — is raised, as it comes: what was not sent is sent again later."""
     operations = list(operations)
     if _outlet is not None:
         operations = _outlet.operations(operations)
         if not operations:
-            return
+            return []
     app = current_app
     labels = _execution_labels(operations)
     redis = broker_is_redis()
+    agent_keys = signing.agent_keys({operation.agent for operation in operations})
+    refused = []
     with app.producer_or_acquire() as producer:
         for operation in operations:
             workflow_id, priority = labels.get(str(operation.execution_id), (None, 0))
-            app.send_task(
-                RUNNER_TASK,
-                args=[str(operation.id), operation.attempt],
-                kwargs={"secret": attempt_secret(operation.id, operation.attempt, operation.agent)},
-                task_id=task_id_for(operation.id, operation.attempt),
-                queue=operation.agent,
-                producer=producer,
-                ignore_result=True,
-                serializer=SERIALIZER,
-                priority=message_priority(priority, redis=redis),
-                **_options(app, operation_headers(workflow_id, operation)),
-            )
+            args = [str(operation.id), operation.attempt]
+            try:
+                app.send_task(
+                    RUNNER_TASK,
+                    args=args,
+                    kwargs={"proof": keys.prove(agent_keys[operation.agent], keys.Purpose.OPERATION, args)},
+                    task_id=task_id_for(operation.id, operation.attempt),
+                    queue=operation.agent,
+                    producer=producer,
+                    ignore_result=True,
+                    serializer=SERIALIZER,
+                    priority=message_priority(priority, redis=redis),
+                    **_options(app, operation_headers(workflow_id, operation)),
+                )
+            except Exception as exc:
+                reason = refusal(exc, operation.agent)
+                if reason is None:
+                    raise
+                logger.warning("the broker refused the message of operation %s to agent %r: %s",
+                               operation.id, operation.agent, reason)
+                refused.append((operation, reason))
+    return refused
+
+
+def refusal(exc, queue) -> str | None:
+    """The broker's answer, when ``exc`` (raised by a publish to ``queue``) says that it refused
+    that publish — and would refuse it again; else None (a broker that cannot be reached, a
+    connection reset, anything else: the message may go through later).
+
+    On RabbitMQ: a channel error that no retry mends (ACCESS_REFUSED, NOT_FOUND,
+    PRECONDITION_FAILED: ``amqp.IrrecoverableChannelError``) in answer to the declare or the publish
+    of ``queue`` (a method of the exchange, queue or basic class, and the broker's text names it),
+    as when the queue was declared with other arguments, or the account may not write to it. Not an
+    error of the connection (a login refused is ``Connection.*``), which is the broker's, not the
+    queue's. On Redis: the queue's key holds another type of value (``WRONGTYPE``), or the
+    account's ACL refuses that key (``NOPERM``). Kombu may wrap the error: its causes are read too."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, amqp.exceptions.IrrecoverableChannelError):
+            if getattr(exc, "method_name", "").split(".")[0] in ("Exchange", "Queue", "Basic") and f"'{queue}'" in str(exc):
+                return str(exc)
+        elif isinstance(exc, redis.exceptions.ResponseError) and any(code in str(exc) for code in ("WRONGTYPE", "NOPERM")):
+            return str(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 #: What an operation's message says of its execution: its workflow (the message's name) and its
@@ -300,12 +344,27 @@ def broadcast_kill(execution_id, attempts=(), *, dispatcher=False):
         attempts, dispatcher = _outlet.kill(list(attempts)), False
         if not attempts:
             return
-    _control().broadcast(
-        KILL_COMMAND,
-        arguments={"execution_id": str(execution_id), "attempts": [[str(pk), attempt] for pk, attempt in attempts],
-                   "dispatcher": dispatcher, "grace": float(workflows_settings.KILL_GRACE_SECONDS)},
-        reply=False,
-    )
+    arguments = {"execution_id": str(execution_id), "attempts": proved_attempts(attempts, keys.Purpose.KILL),
+                 "grace": float(workflows_settings.KILL_GRACE_SECONDS)}
+    if dispatcher:  # the managers run dispatchers, under the management queue's name
+        key = signing.agent_key(workflows_settings.MANAGEMENT_QUEUE)
+        arguments["dispatcher"] = keys.prove(key, keys.Purpose.KILL_DISPATCHER, str(execution_id))
+    _control().broadcast(KILL_COMMAND, arguments=arguments, reply=False)
+
+
+def proved_attempts(attempts, purpose) -> list:
+    """``[operation id, attempt, agent, proof]`` for each pair of ``attempts``: the agent its
+    operation was sent to, and the proof under that agent's key that a manager asks ``purpose`` of
+    that attempt. Any broker client may broadcast a command; a worker acts only on the attempts
+    proved for it."""
+    attempts = [(str(pk), attempt) for pk, attempt in attempts]
+    if not attempts:
+        return []
+    agents = {str(pk): agent for pk, agent in Operation.objects.filter(pk__in={pk for pk, _ in attempts})
+              .values_list("pk", "agent")}
+    agent_keys = signing.agent_keys(set(agents.values()))
+    return [[pk, attempt, agents[pk], keys.prove(agent_keys[agents[pk]], purpose, [pk, attempt])]
+            for pk, attempt in attempts if pk in agents]
 
 
 # --- the agents' reports ---------------------------------------------------------------------------
@@ -328,12 +387,14 @@ def reports_queue():
 def reports_route() -> dict:
     """Where a report is published (``Producer.publish`` options). On Redis, straight into the
     reports queue (a push onto its list, whatever happens to the exchanges' bindings). On RabbitMQ,
-    to the reports exchange, which the managers bind to the queue: an agent declares the exchange
-    only, so its own account needs no right on the queue, which holds every agent's reports."""
+    to the reports exchange, which the managers declare and bind to the queue: an agent's own
+    account needs no right on the queue, which holds every agent's reports, and none to configure
+    the exchange, which it declares passively (``workflows_app.broker.shared``: the right to declare an
+    exchange is the right to delete it)."""
     if broker_is_redis():
         queue = kombu.Queue(wire.reports_queue(), durable=True)
         return {"exchange": "", "routing_key": queue.name, "declare": [queue]}
-    exchange = kombu.Exchange(wire.reports_exchange(), "direct", durable=True)
+    exchange = kombu.Exchange(wire.reports_exchange(), "direct", durable=True, passive=True)
     return {"exchange": exchange, "routing_key": wire.reports_queue(), "declare": [exchange]}
 
 
@@ -353,7 +414,7 @@ def broadcast_cancel(attempts):
         attempts = _outlet.cancel(list(attempts))
         if not attempts:
             return
-    _control().broadcast(CANCEL_COMMAND, arguments={"attempts": [[str(pk), attempt] for pk, attempt in attempts]},
+    _control().broadcast(CANCEL_COMMAND, arguments={"attempts": proved_attempts(attempts, keys.Purpose.CANCEL)},
                          reply=False)
 
 
@@ -400,20 +461,29 @@ def ask_resend_outcomes(attempts):
     of operation id and attempt) that ended on it a while ago (``agents.worker.control``): the
     database still has them started, so the one it sent was lost. Fire and forget: the manager's
     tick asks again."""
-    _control().broadcast(RESEND_COMMAND, arguments={"attempts": [[str(pk), attempt] for pk, attempt in attempts]},
+    _control().broadcast(RESEND_COMMAND, arguments={"attempts": proved_attempts(attempts, keys.Purpose.RESEND)},
                          reply=False)
 
 
 def ask_running(timeout):
     """Ask every worker (``switchyard_running``) what it runs; the answers that arrive within
-    ``timeout`` seconds, one dict per worker: ``{"agent", "incarnation", "running"}``."""
+    ``timeout`` seconds, one dict per worker: ``{"agent", "incarnation", "running"}``. Only
+    answers proved by their agent for this question (its ``nonce``) count: a forged one saying
+    that an agent runs nothing would make its running attempts lost, and run again."""
+    nonce = secrets.token_hex(16)
     answers = []
-    for reply in _control().broadcast(RUNNING_COMMAND, reply=True, timeout=timeout) or []:
+    for reply in _control().broadcast(RUNNING_COMMAND, arguments={"nonce": nonce}, reply=True, timeout=timeout) or []:
         for answer in reply.values():
             ok = answer.get("ok") if isinstance(answer, dict) else None
-            if isinstance(ok, dict):
+            if isinstance(ok, dict) and isinstance(ok.get("agent"), str):
                 answers.append(ok)
-    return answers
+    agent_keys = signing.agent_keys({answer["agent"] for answer in answers})
+    proved = [answer for answer in answers if keys.proven(answer.get("proof"), agent_keys[answer["agent"]],
+                                                          keys.Purpose.RUNNING, {**keys.without_proof(answer), "nonce": nonce})]
+    if len(proved) < len(answers):
+        logger.warning("ignored %d answer(s) to what runs where that their agents did not prove",
+                       len(answers) - len(proved))
+    return [keys.without_proof(answer) for answer in proved]
 
 
 def broker_is_redis() -> bool:
@@ -431,6 +501,16 @@ def broker_identity():
         return connection.default_channel.client.info("server").get("run_id")
 
 
+def _held_for(entry):
+    """The queue a message held in kombu's ``unacked`` hash was taken from: its routing key
+    (``[message, exchange, routing key]``; a queue's key is its name). None for an entry that is
+    not one of those (written by anyone but kombu)."""
+    try:
+        return json.loads(entry)[2]
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+
+
 def give_back_held(queue) -> int:
     """Put back at the head of ``queue`` every message of it that a consumer took and never
     acknowledged; returns how many. For a queue that nothing consumes now: an agent's, before its
@@ -445,7 +525,7 @@ def give_back_held(queue) -> int:
         channel = connection.default_channel
         with channel.conn_or_acquire() as client:
             held = [tag for tag, entry in client.hscan_iter(channel.unacked_key)
-                    if json.loads(entry)[2] == queue]  # (message, exchange, routing key): a queue's key is its name
+                    if _held_for(entry) == queue]
         for tag in held:
             channel.qos.restore_by_tag(tag, leftmost=True)
     return len(held)
