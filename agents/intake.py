@@ -33,7 +33,7 @@ from workflows_app import signing, values, wire
 from workflows_app.engine import reports, steps
 from workflows_app.engine.graph import resolve
 from workflows_app.errors import TransitionRefused, ValueRefused
-from workflows_app.models import Operation
+from workflows_app.models import Event, Operation
 from workflows_app.states import OPERATION_IN_FLIGHT, EventType, ExecutionStatus, OperationState
 from workflows_app.transitions import claim_operation, operation_transition, record_event
 from workflows_app.wire import keys
@@ -131,7 +131,7 @@ def _refusal(operation, attempt, report, data):
         # running it takes, as with "run".
         if report["incarnation"] == operation.incarnation:
             return {**_run(operation, operation.execution.is_dry_run), "verdict": wire.Verdict.STARTED,
-                    "incarnation": operation.incarnation}
+                    "incarnation": operation.incarnation, "pid": _claimed_by(operation)}
         return {"verdict": wire.Verdict.STARTED, "incarnation": operation.incarnation}
     if operation.state == OperationState.SENDING:
         # The message overtook its sender's own sending -> sent write; the two race, and
@@ -154,6 +154,17 @@ def _drop(operation, attempt, why) -> dict:
     record_event(operation.execution_id, EventType.LOG, f"delivery of attempt {attempt} dropped: {why}",
                  {"attempt": attempt, "fenced": True}, operation=operation.name)
     return {"verdict": wire.Verdict.DROP, "reason": why}
+
+
+def _claimed_by(operation):
+    """The pid of the process whose claim started the current attempt of ``operation`` (its
+    ``task_started`` event keeps it), or None: of two deliveries in one run of an agent, only that
+    process runs the attempt whose answer it may have lost."""
+    data = (Event.objects.filter(execution_id=operation.execution_id, operation=operation.name,
+                                 type=EventType.TASK_STARTED).order_by("-pk").values_list("data", flat=True).first())
+    if isinstance(data, dict) and data.get("attempt") == operation.attempt and type(data.get("pid")) is int:
+        return data["pid"]
+    return None
 
 
 def _run(operation, dry_run) -> dict:

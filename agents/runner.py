@@ -10,9 +10,11 @@ Fencing: a delivery runs only once a manager, against the database, answered its
 ``run`` — the attempt was still its operation's current one, waiting to start, and its
 execution running (``agents.intake``). No answer in time: the message goes back to the queue,
 never run on a guess. A second delivery of the same attempt — Redis' visibility timeout, a
-requeue — is answered ``started``: dropped while that attempt still runs somewhere; if it was
-started by this run of the agent and no process here runs it any more, its pool process died
-with it, and the attempt is reported lost (a retryable failure).
+requeue — is answered ``started``, with the pid of the process whose claim started it: dropped
+while that attempt runs somewhere, or while that process of this run still waits for its own
+answer (which says the same to it, and it runs the attempt); if it was started by this run of the
+agent and no process here runs it any more, its pool process died with it, and the attempt is
+reported lost (a retryable failure).
 
 What the attempt did is reported (with the agent's proof) before the message is acknowledged
 (the task ends only once the broker holds the report); a report the broker does not take
@@ -97,30 +99,14 @@ def run_operation(operation_id, attempt, proof=None, **unexpected):
         logger.warning("dropped a message of operation %.64r attempt %.16r that no manager proved for agent %s",
                        operation_id, attempt, local.name())
         return
-    answer = link.claim(operation_id, attempt, link.claim_seconds())
-    if answer is None:
-        raise Reject("no manager answered the claim", requeue=True)
-    verdict = answer.get("verdict")
     key = local.attempt_key(operation_id, attempt)
-    if verdict == wire.Verdict.STARTED:
-        earlier = local.earlier_delivery(operation_id, attempt) if answer.get("incarnation") == local.incarnation() else None
-        if earlier == local.Delivery.DIED:
-            # Our own earlier delivery of this attempt died with its pool process: this task
-            # (the attempt's task id) ends as the retryable failure the managers record.
-            lost = {"outcome": wire.Outcome.FAILED, "retryable": True,
-                    "error": {"type": "WorkerLost", "message": "its worker process was lost"}}
-            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=lost["error"]["message"])
-            raise _task_error(lost, attempt, answer, cancelled=False)
-        if earlier != local.Delivery.NEVER_RAN:
-            logger.info("operation %s attempt %s dropped: a duplicate delivery of a started attempt", operation_id, attempt)
-            return
-        # This run of the agent claimed the attempt and never ran it: the answer to that claim
-        # was lost (a manager stored the claim and died before it answered). It runs now.
-        logger.info("operation %s attempt %s: its claim's answer was lost; it runs now", operation_id, attempt)
-    elif verdict != wire.Verdict.RUN:
-        logger.info("operation %s attempt %s dropped: %s", operation_id, attempt, answer.get("reason", verdict))
+    local.mark_claiming(key)
+    try:
+        answer = _admitted(operation_id, attempt, key)
+    finally:
+        local.clear_claiming(key)  # once it is recorded running, when it runs
+    if answer is None:
         return
-    local.mark_running(key)
     try:
         ctx = OperationContext(operation_id, attempt, answer)
         outcome = _run(ctx, answer)
@@ -139,6 +125,39 @@ def run_operation(operation_id, attempt, proof=None, **unexpected):
     error = _task_error(outcome, attempt, answer, cancelled=cancelled)
     if error is not None:
         raise error
+
+
+def _admitted(operation_id, attempt, key):
+    """The managers' answer when this delivery runs the attempt (recorded running here), None
+    when it is dropped; raises ``Reject`` (back to the queue) when no manager answered, and the
+    task's error when the attempt is found lost."""
+    answer = link.claim(operation_id, attempt, link.claim_seconds())
+    if answer is None:
+        raise Reject("no manager answered the claim", requeue=True)
+    verdict = answer.get("verdict")
+    if verdict == wire.Verdict.STARTED:
+        claimed_by = answer.get("pid") if type(answer.get("pid")) is int else None
+        earlier = local.earlier_delivery(operation_id, attempt, claimed_by) \
+            if answer.get("incarnation") == local.incarnation() else None
+        if earlier == local.Delivery.DIED:
+            # Our own earlier delivery of this attempt died with its pool process: this task
+            # (the attempt's task id) ends as the retryable failure the managers record.
+            lost = {"outcome": wire.Outcome.FAILED, "retryable": True,
+                    "error": {"type": "WorkerLost", "message": "its worker process was lost"}}
+            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=lost["error"]["message"])
+            raise _task_error(lost, attempt, answer, cancelled=False)
+        if earlier != local.Delivery.NEVER_RAN:
+            logger.info("operation %s attempt %s dropped: a duplicate delivery of a started attempt", operation_id, attempt)
+            return None
+        # Nothing here ran it: the claim that started it was this process' own, whose answer was
+        # lost (a manager stored it and died, an answer lost on its way), or its process gave it
+        # up or died before it ran it. It runs now.
+        logger.info("operation %s attempt %s: its claim's answer was lost; it runs now", operation_id, attempt)
+    elif verdict != wire.Verdict.RUN:
+        logger.info("operation %s attempt %s dropped: %s", operation_id, attempt, answer.get("reason", verdict))
+        return None
+    local.mark_running(key)
+    return answer
 
 
 def _task_error(outcome, attempt, answer, *, cancelled):

@@ -143,8 +143,10 @@ class Link:
         self.consumer = None
 
     def _on_answer(self, body, message):
-        # An answer to an earlier claim that came too late is not this one's: dropped.
-        if isinstance(body, dict) and self.waiting is not None and body.get("id") == self.waiting:
+        # An answer to an earlier claim that came too late is not this one's: dropped. The claim may
+        # have been sent more than once: its first answer is the one taken.
+        if isinstance(body, dict) and self.waiting is not None and body.get("id") == self.waiting \
+                and self.answer is None:
             if keys.proven(body.get("proof"), own_key(), keys.Purpose.ANSWER, keys.without_proof(body)):
                 self.answer = keys.without_proof(body)
             else:

@@ -21,7 +21,8 @@ DISPATCHER_PREFIX = "dispatch-"
 #: far longer than its outcome report takes to be stored.
 FINISHED_KEEP_SECONDS = 3600
 #: How long a duplicate delivery waits for the record of the delivery that was answered "run"
-#: at the same moment (that one records itself right after its answer).
+#: at the same moment (that one records itself right after its answer), when the answer does not
+#: name the process whose claim started the attempt.
 SETTLE_SECONDS = 2.0
 
 
@@ -109,6 +110,28 @@ def mark_done(key):
     (_cancel_path() / key).unlink(missing_ok=True)
 
 
+def mark_claiming(key):
+    """Record that this process claims ``key`` (a delivery of it waits here for the managers'
+    answer): another delivery of the same attempt, told that this process' claim started it, then
+    leaves it to this process (:func:`earlier_delivery`). Cleared by :func:`clear_claiming` once
+    this process ran the attempt (after :func:`mark_running`) or gave it up."""
+    path = _claiming_path() / f"{key}@{os.getpid()}"
+    try:
+        path.touch(mode=local_files.FILE_MODE)
+    except FileNotFoundError:
+        local_files.private_dir(path.parent)
+        path.touch(mode=local_files.FILE_MODE)
+
+
+def clear_claiming(key):
+    (_claiming_path() / f"{key}@{os.getpid()}").unlink(missing_ok=True)
+
+
+def _holds_claim(key, pid) -> bool:
+    """Whether process ``pid`` still claims ``key`` here: its record, and the process alive."""
+    return (_claiming_path() / f"{key}@{pid}").exists() and psutil.pid_exists(pid)
+
+
 def remember_outcome(key, report):
     """Keep the outcome report of attempt ``key`` (its fields) with
     its finished record, once the broker took it: :func:`kept_outcome` gives it back when the
@@ -158,6 +181,10 @@ def _cancel_path(agent_name=None) -> Path:
 
 def _finished_path(agent_name=None) -> Path:
     return var_dir() / "agents" / (agent_name or name() or "unnamed") / "finished"
+
+
+def _claiming_path(agent_name=None) -> Path:
+    return var_dir() / "agents" / (agent_name or name() or "unnamed") / "claiming"
 
 
 
@@ -213,27 +240,35 @@ def recorded_group(entry: Path):
 class Delivery(enum.Enum):
     """What became of an earlier delivery of an attempt to this run of the agent."""
 
-    RUNNING = "running"      # another pool process runs it
+    RUNNING = "running"      # another pool process runs it, or holds the claim that started it
     FINISHED = "finished"    # it ended here (its outcome report may not be stored yet)
     DIED = "died"            # its pool process died while it ran
     NEVER_RAN = "never ran"  # it was claimed, and the answer never came: nothing ran it
 
 
-def earlier_delivery(operation_id, attempt, settle_seconds=SETTLE_SECONDS) -> Delivery:
+def earlier_delivery(operation_id, attempt, claimed_by=None, settle_seconds=SETTLE_SECONDS) -> Delivery:
     """For a delivery whose claim was answered "already started by this run of the agent":
-    what became of the delivery that started it. A record naming a live process group other
-    than this process' is one running it; a record naming a gone group (or this very process,
-    which runs nothing else) is one that died; no record within ``settle_seconds`` (a delivery
-    answered "run" in the same batch records itself right after its answer) is a claim whose
-    answer was lost."""
+    what became of the delivery that started it. ``claimed_by``: the pid of the process whose
+    claim started it, as the managers stored it (None when the answer does not say).
+
+    A record naming a live process group other than this process' is one running it; a record
+    naming a gone group (or this very process, which runs nothing else) is one that died. With no
+    record: another live process that still claims it will run it (its own claim, sent again, is
+    answered that it started it); else nothing ran it — the claim was this process' own, or its
+    process gave it up or died before it ran it. Without ``claimed_by``, a delivery answered "run"
+    in the same batch may not have recorded itself yet: it is waited for, ``settle_seconds``."""
     key = attempt_key(operation_id, attempt)
-    deadline = time.monotonic() + settle_seconds
+    # Read before the records: a claimant that ran the attempt recorded it before it stopped claiming.
+    held = claimed_by is not None and claimed_by != os.getpid() and _holds_claim(key, claimed_by)
+    deadline = time.monotonic() + (settle_seconds if claimed_by is None else 0)
     while True:
         if (_finished_path() / key).exists():
             return Delivery.FINISHED
         pgid = process_group_of(key)
         if pgid is not None:
             return Delivery.DIED if pgid == os.getpgrp() or not group_alive(pgid) else Delivery.RUNNING
+        if held:
+            return Delivery.RUNNING
         if time.monotonic() >= deadline:
             return Delivery.NEVER_RAN
         time.sleep(0.05)
@@ -241,8 +276,9 @@ def earlier_delivery(operation_id, attempt, settle_seconds=SETTLE_SECONDS) -> De
 
 def kill_leftovers(agent_name) -> list[int]:
     """SIGKILL every process group an earlier run of ``agent_name`` left on this host."""
-    for entry in local_files.private_dir(_cancel_path(agent_name)).iterdir():
-        entry.unlink(missing_ok=True)
+    for path in (_cancel_path(agent_name), _claiming_path(agent_name)):
+        for entry in local_files.private_dir(path).iterdir():
+            entry.unlink(missing_ok=True)
     forget_finished(agent_name, older_than=0)
     killed = []
     for entry in running_dir(agent_name).iterdir():

@@ -6,6 +6,7 @@ redelivery of one whose pool process died, reported lost; or the redelivery of o
 a manager stored and died before answering, which never ran and runs now. Taking the first for
 lost made a succeeded step fail with WorkerLost."""
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -17,6 +18,8 @@ import pytest
 from agents.worker import lifecycle, link, local
 from agents.worker.local import Delivery
 from workflows_app import wire
+from workflows_app.sdk import operation
+from workflows_app.wire import keys
 
 AGENT = "dup-agent"
 OPERATION = "7d9f0f8e-2f3a-4c35-9a55-0c2d8c8f2b11"
@@ -76,6 +79,88 @@ def test_no_record_at_all_after_the_settling_time_is_a_claim_whose_answer_was_lo
     started = time.monotonic()
     assert local.earlier_delivery(OPERATION, 1, settle_seconds=0.3) is Delivery.NEVER_RAN
     assert time.monotonic() - started >= 0.3
+
+
+@pytest.mark.processes
+def test_a_claim_another_live_process_of_this_run_still_holds_is_left_to_it_at_once():
+    """The answer names the process whose claim started the attempt: while that process still
+    claims it (its own claim, sent again, is answered the same and it runs the attempt), this
+    delivery is a duplicate — without waiting for a record."""
+    claimant = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (local._claiming_path() / f"{local.attempt_key(OPERATION, 1)}@{claimant.pid}").parent.mkdir(parents=True)
+        (local._claiming_path() / f"{local.attempt_key(OPERATION, 1)}@{claimant.pid}").touch()
+        started = time.monotonic()
+        assert local.earlier_delivery(OPERATION, 1, claimed_by=claimant.pid, settle_seconds=5) is Delivery.RUNNING
+        assert time.monotonic() - started < 1
+    finally:
+        claimant.kill()
+        claimant.wait()
+    # Its process gone (or done claiming, without a record of running it): nothing ran it.
+    assert local.earlier_delivery(OPERATION, 1, claimed_by=claimant.pid, settle_seconds=5) is Delivery.NEVER_RAN
+
+
+def test_this_process_own_claim_whose_answer_was_lost_runs_at_once():
+    local.mark_claiming(local.attempt_key(OPERATION, 1))
+    started = time.monotonic()
+    assert local.earlier_delivery(OPERATION, 1, claimed_by=os.getpid(), settle_seconds=5) is Delivery.NEVER_RAN
+    assert time.monotonic() - started < 1
+    local.clear_claiming(local.attempt_key(OPERATION, 1))
+    assert not list(local._claiming_path().iterdir())
+
+
+class LostAnswers:
+    """The managers' line as two deliveries of one attempt in one run of the agent met it in a
+    soak: the claim of the first was stored and its answer lost, and both claims (the first sent
+    again) are answered, at the same moment, that the first one's claim started the attempt."""
+
+    def __init__(self, claimant, at):
+        self.claimant, self.at = claimant, at
+
+    def claim(self, operation_id, attempt, timeout):
+        time.sleep(max(0.0, self.at - time.time()))
+        return {"verdict": wire.Verdict.STARTED, "incarnation": local.incarnation(), "pid": self.claimant.value,
+                "operation": "dup_record", "execution": "4c3d2b1a-0000-4000-8000-000000000001", "step": "s",
+                "args": [], "kwargs": {}, "dry_run": False, "retries_left": 0}
+
+    def report(self, kind, **fields):
+        pass
+
+
+@operation(name="dup_record")
+def dup_record(ctx):
+    with open(os.environ["DUP_RUNS"], "a") as runs:
+        runs.write(f"{os.getpid()}\n")
+
+
+def _deliver(line, first):
+    from agents import runner
+
+    if first:
+        line.claimant.value = os.getpid()
+    else:
+        while not line.claimant.value:
+            time.sleep(0.01)
+    with link.through(line):
+        runner.run_operation(OPERATION, 1, proof=keys.prove(link.own_key(), keys.Purpose.OPERATION, [OPERATION, 1]))
+
+
+@pytest.mark.processes
+def test_two_deliveries_answered_together_that_one_of_them_started_the_attempt_run_it_once(tmp_path, monkeypatch):
+    """Two pool processes of one run, each with a delivery of the same attempt, both answered
+    "started by this run" at once: the one whose claim started it runs it; the other drops its
+    delivery. (Each used to wait for a record of the other, find none, and run it: twice.)"""
+    monkeypatch.setenv(local.INCARNATION_ENV, "18ee0000aaaabbbb.0123456789abcde")
+    monkeypatch.setenv("DUP_RUNS", str(tmp_path / "runs"))
+    fork = multiprocessing.get_context("fork")
+    line = LostAnswers(fork.Value("i", 0), time.time() + 1.0)
+    deliveries = [fork.Process(target=_deliver, args=(line, first)) for first in (True, False)]
+    for delivery in deliveries:
+        delivery.start()
+    for delivery in deliveries:
+        delivery.join(30)
+    assert [d.exitcode for d in deliveries] == [0, 0]
+    assert (tmp_path / "runs").read_text().split() == [str(line.claimant.value)], "run once, by its claimant"
 
 
 def test_finished_attempts_are_forgotten_after_a_while_and_at_the_next_run():

@@ -170,6 +170,18 @@ def test_a_claim_of_a_started_attempt_says_which_run_started_it(started):
     assert (started.state, started.incarnation) == (OperationState.STARTED, "run-1")
 
 
+def test_a_second_claim_of_the_same_run_is_told_which_process_claimed_the_attempt(make_operation):
+    """Two deliveries of an attempt in one run of the agent (a message sent again): only the
+    process whose claim started it runs it, though the answer to that claim was lost."""
+    sent = make_operation(OperationState.SENT, agent=AGENT, attempt=1)
+    [(_, first)] = intake.take([signed("claim", sent, pid=4242, id="c1")])
+    assert first["verdict"] == "run"
+    [(_, again), (_, other)] = intake.take([signed("claim", sent, pid=4242, id="c1"),
+                                            signed("claim", sent, pid=4343, id="c2")])
+    assert (again["verdict"], again["pid"]) == ("started", 4242), "the claimant's own claim, sent again"
+    assert (other["verdict"], other["pid"]) == ("started", 4242)
+
+
 def test_a_claim_of_a_cancelled_execution_is_dropped(make_execution, make_operation):
     sent = make_operation(OperationState.SENT, make_execution(ExecutionStatus.CANCELLING), agent=AGENT, attempt=1)
     [(_, answer)] = intake.take([signed("claim", sent)])
