@@ -106,6 +106,9 @@ class Link:
                 pause, resend_at = CLAIM_RESEND_SECONDS, 0.0
                 while self.answer is None and time.monotonic() < deadline:
                     if time.monotonic() >= resend_at:
+                        if resend_at:
+                            logger.warning("claim of attempt %s of %s sent again: no answer in %.0fs", attempt,
+                                           operation_id, time.monotonic() - (deadline - timeout))
                         self._listen()
                         self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt,
                                     pid=os.getpid(), reply_to=self.reply_to, id=self.waiting)
