@@ -7,9 +7,19 @@ import os
 import signal
 import time
 
+from django.dispatch import receiver
+
 from tests.workflows import invocations, mark
 from workflows_app.sdk import RecoverableError
-from workflows_app.tasks_framework import task
+from workflows_app.tasks_framework import task, task_finished, task_started
+
+
+@receiver(task_started)
+@receiver(task_finished)
+def signalled(sender, task_result, **kwargs):
+    """A project's receiver: marks ``signal-<result id>`` with the status each signal carried, in
+    the process that sent it."""
+    mark(None, f"signal-{task_result.id}", status=task_result.status, attempt=len(task_result.worker_ids))
 
 
 @task

@@ -8,7 +8,8 @@ Each ``enqueue()`` stores a durable execution of the task (``workflows_app.task_
 caller's transaction and sends it to a manager once that commits: a rollback leaves nothing.
 ``run_after`` defers its start to a stored time, which the managers' tick keeps; ``priority``
 places its message in its agent's queue. ``get_result()`` reads the execution back, from any
-process. The backend is a door like the API: it parses, calls ``services.start`` and reads.
+process. The framework's ``task_enqueued`` signal is sent here, in the process that enqueued;
+``task_started`` and ``task_finished`` where the task runs (``workflows_app.task_runs``). The backend is a door like the API: it parses, calls ``services.start`` and reads.
 """
 
 from django.core import checks
@@ -42,7 +43,9 @@ class SwitchyardBackend(tasks_framework.BaseTaskBackend):
              "kwargs": tasks_framework.normalize_json(dict(kwargs)), "queue_name": task.queue_name,
              "backend": self.alias},
             run_after=task.run_after, priority=task.priority)
-        return self.get_result(str(execution.pk))
+        enqueued = self.get_result(str(execution.pk))
+        tasks_framework.task_enqueued.send(type(self), task_result=enqueued)
+        return enqueued
 
     def get_result(self, result_id):
         return task_runs.result(result_id)

@@ -13,10 +13,12 @@ resumed like one, and retried by the engine.
 agents run, registered (:func:`register`) in every process whose ``TASKS`` names the backend.
 """
 
+import traceback
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from workflows_app import registry, tasks_framework, values
@@ -157,17 +159,48 @@ def run_task(ctx, task: str, args: list = (), kwargs: dict[str, Any] | None = No
 
 def call_task(ctx, path, args, kwargs):
     """The operation of a task's step, on an agent: import the task and call it (with its
-    context first when it takes one); its return value as JSON."""
+    context first when it takes one); its return value as JSON.
+
+    Each attempt sends the framework's signals as its own backends do, in this process:
+    ``task_started`` before the call, ``task_finished`` after it — ``SUCCESSFUL`` with the return
+    value, or ``FAILED`` with the error, sent while the exception is handled so that the
+    framework's logger records its traceback. (An attempt that fails retryably is followed by
+    another attempt: its own started and finished.)"""
     task = resolve(path)
-    if task.takes_context:
-        running = tasks_framework.TaskResult(
-            task=task, id=str(ctx.execution_id), status=tasks_framework.TaskResultStatus.RUNNING, enqueued_at=None,
-            started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs, backend=task.backend,
-            errors=[], worker_ids=[ctx.agent] * ctx.attempt)
-        value = task.call(tasks_framework.TaskContext(task_result=running), *args, **kwargs)
-    else:
-        value = task.call(*args, **kwargs)
-    return tasks_framework.normalize_json(value)
+    running = _attempt_result(ctx, task, args, kwargs)
+    started_at = running.started_at
+    sender = type(task.get_backend())
+    tasks_framework.task_started.send(sender, task_result=running)
+    try:
+        if task.takes_context:
+            value = task.call(tasks_framework.TaskContext(task_result=running), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        value = tasks_framework.normalize_json(value)
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt):
+            failed = _attempt_result(ctx, task, args, kwargs, tasks_framework.TaskResultStatus.FAILED, started_at,
+                                     errors=[tasks_framework.TaskError(
+                                         exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                                         traceback="".join(traceback.format_exception(exc)))])
+            tasks_framework.task_finished.send(sender, task_result=failed)
+        raise
+    done = _attempt_result(ctx, task, args, kwargs, tasks_framework.TaskResultStatus.SUCCESSFUL, started_at)
+    object.__setattr__(done, "_return_value", value)
+    tasks_framework.task_finished.send(sender, task_result=done)
+    return value
+
+
+def _attempt_result(ctx, task, args, kwargs, status=None, started_at=None, errors=()):
+    """The ``TaskResult`` of this attempt as the task sees it: the execution's id, this agent
+    once per attempt so far (``attempts``), and its times."""
+    now = timezone.now()
+    started_at = started_at or now
+    ended = status is not None
+    return tasks_framework.TaskResult(
+        task=task, id=str(ctx.execution_id), status=status or tasks_framework.TaskResultStatus.RUNNING,
+        enqueued_at=None, started_at=started_at, finished_at=now if ended else None, last_attempted_at=started_at,
+        args=args, kwargs=kwargs, backend=task.backend, errors=list(errors), worker_ids=[ctx.agent] * ctx.attempt)
 
 
 def register():

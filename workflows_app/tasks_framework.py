@@ -3,7 +3,9 @@
 extra). The two have one API; what differs is where it lives, the name of the invalid-task
 error (``InvalidTask``, ``InvalidTaskError`` in the package) and, on Django 5.2, that the
 package is an app of its own (``INSTALLED_APPS`` needs ``"django_tasks"`` for its system
-checks to run). Everything else of Switchyard imports the framework from here.
+checks to run). Everything else of Switchyard imports the framework from here — its signals too,
+whose module connects the framework's own receivers (its ``django_tasks`` / ``django.tasks``
+logger).
 
 ``AVAILABLE`` is False when neither is installed; the names below are then missing.
 """
@@ -19,6 +21,7 @@ try:
         from django.tasks.backends.base import BaseTaskBackend
         from django.tasks.base import DEFAULT_TASK_PRIORITY, TaskError
         from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+        from django.tasks.signals import task_enqueued, task_finished, task_started
         from django.utils.json import normalize_json
     else:
         from django_tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task, task_backends
@@ -26,6 +29,7 @@ try:
         from django_tasks.base import DEFAULT_TASK_PRIORITY, Task, TaskError
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
 except ImportError:
     AVAILABLE = False
@@ -39,5 +43,5 @@ MISSING = ("Django's Tasks framework is not installed: on Django 5.2 install the
 __all__ = [
     "APP", "AVAILABLE", "MISSING", "DEFAULT_TASK_PRIORITY", "DEFAULT_TASK_QUEUE_NAME", "BaseTaskBackend", "InvalidTask", "Task",
     "TaskContext", "TaskError", "TaskResult", "TaskResultDoesNotExist", "TaskResultStatus", "normalize_json",
-    "task", "task_backends",
+    "task", "task_backends", "task_enqueued", "task_finished", "task_started",
 ]

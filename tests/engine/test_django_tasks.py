@@ -74,6 +74,48 @@ def test_a_task_that_raises_fails_with_its_error(switchyard):
     assert "Traceback" in error.traceback
 
 
+#: The framework's own logger, which its receivers of the signals write to.
+LOGGER = "django.tasks" if tasks_framework.APP is None else "django_tasks"
+
+
+@pytest.fixture
+def signals():
+    """What the framework's signals carried, in the order sent: ``(signal name, status, result id)``."""
+    sent = []
+    receivers = {name: (lambda sender, task_result, name=name, **kwargs: sent.append(
+        (name, task_result.status, task_result.id, sender))) for name in ("task_enqueued", "task_started", "task_finished")}
+    for name, receiver in receivers.items():
+        getattr(tasks_framework, name).connect(receiver)
+    yield sent
+    for name, receiver in receivers.items():
+        getattr(tasks_framework, name).disconnect(receiver)
+
+
+def test_the_frameworks_signals_are_sent_and_its_logger_records_each_start_and_end(switchyard, signals):
+    with TestCase.captureOnCommitCallbacks(execute=False):
+        enqueued = tasks.add.enqueue(1)
+    assert [name for name, *_ in signals] == ["task_enqueued"] and signals[0][1:3] == (Status.READY, enqueued.id)
+    assert signals[0][3] is type(tasks.add.get_backend())
+    signals.clear()
+    with TestCase().assertLogs(LOGGER, "INFO") as logged:
+        ran = switchyard.enqueue(tasks.add, 2, y=3)
+    assert [(name, status, result_id) for name, status, result_id, _ in signals] == [
+        ("task_enqueued", Status.READY, str(ran.id)), ("task_started", Status.RUNNING, str(ran.id)),
+        ("task_finished", Status.SUCCESSFUL, str(ran.id))]
+    assert [record.getMessage() for record in logged.records][-2:] == [
+        f"Task id={ran.id} path=tests.task_functions.add state=RUNNING",
+        f"Task id={ran.id} path=tests.task_functions.add state=SUCCESSFUL"]
+
+
+def test_a_failed_task_is_logged_with_its_traceback_as_error_monitoring_reads_it(switchyard, signals):
+    with TestCase().assertLogs(LOGGER, "ERROR") as logged:
+        ran = switchyard.enqueue(tasks.fails, "no stock")
+    assert [(name, status) for name, status, *_ in signals][-1] == ("task_finished", Status.FAILED)
+    [record] = logged.records
+    assert record.getMessage() == f"Task id={ran.id} path=tests.task_functions.fails state=FAILED"
+    assert record.exc_info and record.exc_info[0] is ValueError and "no stock" in str(record.exc_info[1])
+
+
 def test_recoverable_errors_are_retried_and_each_attempt_is_counted(switchyard, with_options):
     with_options(retry_interval=1)
     ran = switchyard.finish(switchyard.enqueue(tasks.twice_busy, "tb"))

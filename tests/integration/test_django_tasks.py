@@ -84,7 +84,7 @@ def wait_for_status(stack, result, statuses, timeout=60):
 @override_settings(ROOT_URLCONF=__name__)
 def test_tasks_enqueued_in_views_run_on_their_agent_retry_and_read_back_from_another_process(stack, client):
     host = stack.agent_name("tasks")
-    stack.start_agent(host)
+    agent = stack.start_agent(host)
     stack.start_manager(concurrency=2)
     stack.wait_for_agent(host)
 
@@ -101,6 +101,17 @@ def test_tasks_enqueued_in_views_run_on_their_agent_retry_and_read_back_from_ano
     assert busy.return_value == {"attempt": 3, "id": busy.id, "args": ["tb"]}
     assert [m["attempt"] for m in read_markers(stack.markers_dir, "tb")] == [1, 2, 3]
     assert [m["agent"] for m in read_markers(stack.markers_dir, "tb")] == [host] * 3
+    # The framework's signals, sent where the task ran: a project's receiver ran in the agent's
+    # pool process, and the framework's logger recorded each start and end, a failure with its traceback.
+    signalled = read_markers(stack.markers_dir, f"signal-{busy.id}")
+    assert [(m["status"], m["attempt"]) for m in signalled] == [
+        ("RUNNING", 1), ("FAILED", 1), ("RUNNING", 2), ("FAILED", 2), ("RUNNING", 3), ("SUCCESSFUL", 3)]
+    assert {m["agent"] for m in signalled} == {host}
+    log = agent.log_text()
+    assert f"Task id={result.id} path=tests.task_functions.add state=SUCCESSFUL" in log
+    assert log.count(f"Task id={busy.id} path=tests.task_functions.twice_busy state=FAILED") == 2
+    assert "RecoverableError: busy on attempt 2" in log.split(f"Task id={busy.id} path=tests.task_functions.twice_busy "
+                                                              f"state=FAILED")[2]
 
     assert read_in_another_process(stack, "add", result.id) == {"status": "SUCCESSFUL", "value": 42, "attempts": 1,
                                                                 "errors": []}
