@@ -6,9 +6,11 @@ Imported by ``run_manager`` and ``run_agent`` before Celery forks its pool, so t
 connected in every pool process; a Celery worker the project runs for its own tasks is left alone.
 """
 
+import logging
 import os
 import time
 
+from celery.backends.base import E_NO_BACKEND
 from celery.signals import task_postrun, task_prerun, worker_process_init
 from celery.utils.text import match_case
 from django.db import close_old_connections, connections
@@ -44,12 +46,33 @@ def prepare(app):
     error, or dead (CONN_HEALTH_CHECKS): :func:`_check_idle_connections`,
     :func:`_drop_failed_connections`.
 
-    And JSON only (:func:`json_only`), whatever the project accepts."""
+    And JSON only (:func:`json_only`), whatever the project accepts; and no warning for each
+    revoke where no result backend is configured (:class:`NoBackendToMark`)."""
     override(app, "worker_cancel_long_running_tasks_on_connection_loss", False)
     override(app, "broker_connection_retry_on_startup", True)
     override(app, "broker_channel_error_retry", True)
     app.conf["CELERY_DB_REUSE_MAX"] = 2**31
     json_only(app)
+    revokes = logging.getLogger("celery.worker.control")
+    if not any(isinstance(each, NoBackendToMark) for each in revokes.filters):
+        revokes.addFilter(NoBackendToMark())
+
+
+class NoBackendToMark(logging.Filter):
+    """Celery's worker writes every revoked task to the result backend and warns when it cannot:
+    where none is configured — Switchyard needs none, its results are in the database — each
+    cancel, kill and resume logged "Failed to mark task … as revoked in backend: No result backend
+    is configured". That warning is left out; one from a backend that is configured and failed
+    is not."""
+
+    def filter(self, record):
+        failure = record.args[-1] if isinstance(record.args, tuple) and record.args else None
+        return not (str(record.msg).startswith("Failed to mark task %s as revoked in backend")
+                    and isinstance(failure, NotImplementedError) and str(failure) == _NO_BACKEND)
+
+
+#: What Celery's backend stand-in raises where no result backend is configured.
+_NO_BACKEND = E_NO_BACKEND.strip()
 
 
 #: The one content type a Switchyard worker takes from the broker.
