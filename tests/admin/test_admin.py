@@ -6,6 +6,7 @@ not sent (``outbox`` records the broadcasts a kill makes at once)."""
 
 import re
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -104,7 +105,7 @@ def test_the_list_runs_the_same_queries_for_3_and_300_rows(admin_client, make_ex
 
 def test_the_list_shows_coloured_status_duration_counts_newest_first(admin_client, make_execution, make_operation):
     old = make_execution(status=ExecutionStatus.FAILED, deployment_id="dep-old")
-    new = make_execution(status=ExecutionStatus.COMPLETED, started_at=timezone.now() - timezone.timedelta(seconds=75),
+    new = make_execution(status=ExecutionStatus.COMPLETED, started_at=timezone.now() - timedelta(seconds=75),
                          ended_at=timezone.now())
     for state in [OperationState.SUCCEEDED, OperationState.SUCCEEDED, OperationState.FAILED]:
         make_operation(state, new)
@@ -148,11 +149,11 @@ def test_the_lists_write_dates_to_the_second(admin_client, make_execution, make_
 
 
 def test_durations_under_a_second_are_not_0s(admin_client, make_execution, make_operation):
-    start = timezone.now() - timezone.timedelta(seconds=5)
+    start = timezone.now() - timedelta(seconds=5)
     execution = make_execution(status=ExecutionStatus.COMPLETED, started_at=start,
-                               ended_at=start + timezone.timedelta(seconds=0.42))
+                               ended_at=start + timedelta(seconds=0.42))
     make_operation(OperationState.SUCCEEDED, execution, attempt=1, started_at=start,
-                   succeeded_at=start + timezone.timedelta(seconds=0.07))
+                   succeeded_at=start + timedelta(seconds=0.07))
     assert "<td>0.07s</td>" in admin_client.get(page_url(execution)).content.decode()
     assert '<td class="field-duration">0.42s</td>' in admin_client.get(LIST).content.decode()
 
@@ -365,6 +366,20 @@ def test_kill_asks_for_confirmation_then_kills(forcer, running, outbox):
     assert outbox["kill"], "the agents were told to stop the processes"
 
 
+def test_after_a_resume_the_page_counts_the_run_from_the_resume(operator, make_execution):
+    """Started an hour ago, failed, resumed two minutes ago: the page says both, and its duration
+    is the resumed run's."""
+    execution = make_execution(status=ExecutionStatus.FAILED, started_at=timezone.now() - timedelta(hours=1))
+    execution = execution_transition(execution, ExecutionStatus.STARTED)
+    Event.objects.filter(execution_id=execution.pk, type="workflow_resumed").update(
+        timestamp=timezone.now() - timedelta(minutes=2))
+    page = operator.get(page_url(execution)).content.decode()
+    started = re.search(r'id="sy-started">([^<]*)<', page).group(1)
+    duration = re.search(r'id="sy-duration"[^>]*>([^<]*)<', page).group(1)
+    assert started.startswith(timezone.localtime(execution.started_at).strftime("%Y-%m-%d %H:%M")) and ", resumed " in started
+    assert duration.startswith("2m") and duration.endswith("since the resume"), duration
+
+
 def test_force_resume_from_the_page(forcer, make_execution, make_operation):
     execution = make_execution(status=ExecutionStatus.FAILED)
     make_operation(OperationState.STARTED, execution, attempt=1)
@@ -489,8 +504,8 @@ def test_starting_needs_the_add_permission(client):
 @override_settings(WORKFLOWS={"FLOWER_URL": "http://flower.example:5555/"})
 def test_agents_show_status_heartbeat_age_running_and_a_flower_link(admin_client, make_operation):
     now = timezone.now()
-    Agent.objects.create(name="host-1", hostname="box", last_heartbeat=now - timezone.timedelta(seconds=5))
-    Agent.objects.create(name="host-2", hostname="box2", last_heartbeat=now - timezone.timedelta(hours=2))
+    Agent.objects.create(name="host-1", hostname="box", last_heartbeat=now - timedelta(seconds=5))
+    Agent.objects.create(name="host-2", hostname="box2", last_heartbeat=now - timedelta(hours=2))
     make_operation(OperationState.STARTED, agent="host-1")
     make_operation(OperationState.STARTED, agent="host-1")
     body = admin_client.get(reverse("admin:agents_agent_changelist")).content.decode()

@@ -38,7 +38,7 @@ from workflows_app.errors import (
 )
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import workflows
-from workflows_app.states import ExecutionStatus, OperationState
+from workflows_app.states import EventType, ExecutionStatus, OperationState
 
 #: A graph of more boxes than this (a group of sibling steps counts as one) is summarised (per
 #: operation and state), not drawn.
@@ -327,13 +327,17 @@ class ExecutionAdmin(admin.ModelAdmin):
         reruns = list(self.get_queryset(request).filter(rerun_of_id=execution.pk).order_by("created_at")
                       .only("id", "status", "rerun_from", "created_at")[:CHILDREN_SHOWN + 1])
         may_rerun = total > 0 and permissions.allows(request.user, "start", execution.workflow_id)
+        resumed_at = (Event.objects.filter(execution_id=execution.pk, type=EventType.WORKFLOW_RESUMED)
+                      .order_by("-id").values_list("timestamp", flat=True).first())
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": f"{execution.workflow_id} · {execution.pk}",
             "execution": execution,
             "status_badge": display.badge(execution.status),
-            "duration": display.duration(execution.started_at, execution.ended_at),
+            "resumed_at": resumed_at,
+            # The run shown is the latest: after a resume, it counts from the resume.
+            "duration": display.duration(resumed_at or execution.started_at, execution.ended_at),
             "active": not execution.is_terminal,
             "summary": summary,
             "total": total,
