@@ -96,6 +96,25 @@ def remember(task):
     _known[task.module_path] = task.backend
 
 
+def known_tasks() -> list[str]:
+    """The module paths of the tasks this process made, sorted."""
+    return sorted(_known)
+
+
+def tasks_named(name) -> list[str]:
+    """The module paths of the tasks this process made that ``name`` names: the path itself, or the
+    name of the task's function."""
+    return [path for path in sorted(_known) if name and (path == name or path.rpartition(".")[2] == name)]
+
+
+def task_of(execution) -> str | None:
+    """The module path of the task an execution runs, or None when it is not a task's execution."""
+    if execution.workflow_id != TASK_WORKFLOW or not isinstance(execution.parameters, dict):
+        return None
+    task = execution.parameters.get("task")
+    return task if isinstance(task, str) else None
+
+
 def _switchyard_backend(alias):
     """The backend of ``alias`` if it is Switchyard's, else ``ParameterError``."""
     backends = getattr(settings, "TASKS", None) or {}
@@ -151,10 +170,13 @@ def resolve(path):
 def run_task(ctx, task: str, args: list = (), kwargs: dict[str, Any] | None = None, queue_name: str = "default",
              backend: str = "default"):
     """The workflow of an enqueued task: one step, the task, on its queue's agent, with the
-    backend's options; its result is the task's return value."""
+    backend's options; its result is the task's return value, which its payload keeps as
+    ``return_value``."""
     options = {key: value for key, value in _switchyard_backend(backend).options.items() if value is not None}
-    return ctx.await_execute(task, TASK_OPERATION, task, list(args), kwargs or {}, agent=agent_of(queue_name),
-                             **options)
+    value = ctx.await_execute(task, TASK_OPERATION, task, list(args), kwargs or {}, agent=agent_of(queue_name),
+                              **options)
+    ctx.set_payload({"return_value": value})  # on the execution's page and in the API, as any payload
+    return value
 
 
 def call_task(ctx, path, args, kwargs):

@@ -380,6 +380,40 @@ def test_after_a_resume_the_page_counts_the_run_from_the_resume(operator, make_e
     assert duration.startswith("2m") and duration.endswith("since the resume"), duration
 
 
+@pytest.fixture
+def task_executions(make_execution):
+    """Two executions of Django tasks (``add`` twice, ``fails`` once) and one of another workflow."""
+    from tests import task_functions
+    from workflows_app import task_runs
+
+    for task in (task_functions.add, task_functions.fails):
+        task_runs.remember(task)
+
+    def of(task):
+        return make_execution(workflow_id="django_task", parameters={"task": task, "args": [], "kwargs": {}})
+
+    return {"add": [of("tests.task_functions.add"), of("tests.task_functions.add")],
+            "fails": [of("tests.task_functions.fails")], "other": [make_execution()]}
+
+
+def listed(client, query="") -> set:
+    page = client.get(LIST + query).content.decode()
+    return {match for match in re.findall(r"/execution/([0-9a-f-]{36})/change/", page)}
+
+
+def ids(*executions):
+    return {str(execution.pk) for execution in executions}
+
+
+def test_a_django_tasks_execution_is_listed_by_its_task_and_found_by_its_name(operator, task_executions):
+    page = operator.get(LIST).content.decode()
+    assert page.count('django_task <span class="sy-task">tests.task_functions.add</span>') == 2
+    assert listed(operator, "?task=tests.task_functions.add") == ids(*task_executions["add"])
+    assert listed(operator, "?q=tests.task_functions.add") == ids(*task_executions["add"])
+    assert listed(operator, "?q=fails") == ids(*task_executions["fails"]), "by its function's name too"
+    assert listed(operator, "?q=no_such_task") == set()
+
+
 def test_force_resume_from_the_page(forcer, make_execution, make_operation):
     execution = make_execution(status=ExecutionStatus.FAILED)
     make_operation(OperationState.STARTED, execution, attempt=1)

@@ -58,6 +58,7 @@ def test_an_enqueued_task_is_an_execution_of_one_step_and_its_result_reads_back(
     assert ran.operations["tests.task_functions.add"].agent == workflows_settings.MANAGEMENT_QUEUE
     result = tasks.add.get_result(ran.id)
     assert (result.status, result.return_value, result.errors, result.attempts) == (Status.SUCCESSFUL, 5, [], 1)
+    assert Execution.objects.get(pk=ran.id).payload == {"return_value": 5}, "on its page and in the API"
     assert result.enqueued_at <= result.started_at == result.last_attempted_at <= result.finished_at
     got = tasks.add.get_result(result.id)
     assert (got.status, got.return_value, got.args, got.kwargs) == (Status.SUCCESSFUL, 5, [2], {"y": 3})

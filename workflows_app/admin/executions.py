@@ -26,7 +26,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from kombu.exceptions import OperationalError as BrokerError
 
-from workflows_app import permissions, queries, retention, services
+from workflows_app import permissions, queries, retention, services, task_runs
 from workflows_app.admin import display, picture
 from workflows_app.admin.forms import StartExecutionForm
 from workflows_app.errors import (
@@ -163,6 +163,23 @@ class WorkflowFilter(admin.SimpleListFilter):
         return queryset.filter(workflow_id=self.value()) if self.value() else queryset
 
 
+class TaskFilter(admin.SimpleListFilter):
+    """By Django task (the executions of the workflow ``django_task`` whose task is that one): the
+    tasks this process loaded, as the workflows are the registered ones. Shown where there are."""
+
+    title = "Django task"
+    parameter_name = "task"
+
+    def lookups(self, request, model_admin):
+        if task_runs.TASK_WORKFLOW in set(permissions.hidden_workflows(request.user)):
+            return []
+        return [(path, path) for path in task_runs.known_tasks()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(workflow_id=task_runs.TASK_WORKFLOW, parameters__task=self.value()) \
+            if self.value() else queryset
+
+
 class ExecutionChangeList(ChangeList):
     """The list, with each row's count of operations per state read in one query for the page."""
 
@@ -176,12 +193,12 @@ class ExecutionChangeList(ChangeList):
 
 @admin.register(Execution)
 class ExecutionAdmin(admin.ModelAdmin):
-    list_display = ["short_id", "status_badge", "workflow_id", "deployment_id", "created", "duration",
+    list_display = ["short_id", "status_badge", "workflow", "deployment_id", "created", "duration",
                     "operations"]
     list_display_links = ["short_id"]
-    list_filter = ["status", WorkflowFilter, "created_at"]
+    list_filter = ["status", WorkflowFilter, TaskFilter, "created_at"]
     search_fields = ["^id", "deployment_id", "=concurrency_key"]
-    search_help_text = "an execution id (or its start), a deployment, or a concurrency key"
+    search_help_text = "an execution id (or its start), a deployment, a concurrency key, or a Django task's name"
     ordering = ["-created_at"]
     list_per_page = 50
     list_max_show_all = 1000
@@ -210,6 +227,22 @@ class ExecutionAdmin(admin.ModelAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, execution):
         return display.badge(execution.status)
+
+    @admin.display(description="workflow", ordering="workflow_id")
+    def workflow(self, execution):
+        """The workflow; for a Django task's execution, the task (its module path)."""
+        task = task_runs.task_of(execution)
+        return format_html('{} <span class="sy-task">{}</span>', execution.workflow_id, task) if task \
+            else execution.workflow_id
+
+    def get_search_results(self, request, queryset, search_term):
+        """Also the executions of the Django task named ``search_term``: its module path, or the
+        name of its function when one loaded task has it."""
+        results, duplicates = super().get_search_results(request, queryset, search_term)
+        tasks = task_runs.tasks_named(search_term.strip())
+        if tasks:
+            results = results | queryset.filter(workflow_id=task_runs.TASK_WORKFLOW, parameters__task__in=tasks)
+        return results, duplicates
 
     created = display.moment_column("created_at", "created", ordering=True)
 
