@@ -17,9 +17,14 @@ XDIST = -n $(WORKERS) --dist loadgroup
 venv:
 	@VENV=$(VENV) scripts/bootstrap.sh
 
-## start: the whole local stack on embedded defaults (SQLite + embedded Redis); Ctrl-C stops it
+## start: the whole local stack on embedded defaults (SQLite + embedded Redis); Ctrl-C stops it.
+## PORT and FLOWER_PORT move the web server and Flower off 8000 and 5555 (make start PORT=8001
+## FLOWER_PORT=5556); ARGS passes any other option of manage.py standalone (ARGS="--no-demo --verbose")
+PORT ?=
+FLOWER_PORT ?=
+ARGS ?=
 start: venv
-	$(PY) manage.py standalone
+	$(PY) manage.py standalone$(if $(PORT), --port=$(PORT))$(if $(FLOWER_PORT), --flower-port=$(FLOWER_PORT)) $(ARGS)
 
 ## test: the whole test suite against whatever DATABASE_URL / CELERY_BROKER_URL say (default: embedded);
 ## first installs Debian's chromium (the browser test) and docker-compose when they are missing
@@ -41,6 +46,13 @@ test-floors:
 ## test-newest: the same on the newest releases in range, Django 6 (requirements/newest.txt), on Python 3.13
 test-newest:
 	PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test_lane.sh python3.13 requirements/newest.txt
+
+## wheel: the package as a wheel in dist/ (dist/django_switchyard-<version>-py3-none-any.whl), to
+## pip install in another project before a release to the package index
+.PHONY: wheel
+wheel: venv
+	rm -rf build/lib build/bdist.*
+	$(PY) -m build --wheel --outdir dist .
 
 check: venv
 	$(PY) manage.py check

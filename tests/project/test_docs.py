@@ -2,7 +2,10 @@
 link or anchor is one), every ```python block of docs/*.md and README.md runs, every
 ``manage.py`` command the pages show exists, every ``SWITCHYARD_*`` variable and ``WORKFLOWS``
 key they name is a real one, and the first workflow of "Getting started" (docs/examples/) runs
-end to end on a real manager and agent with the outcome the page describes.
+end to end on a real manager and agent with the outcome the page describes. The package's extras
+are listed alike wherever they are listed, as pyproject.toml declares them; the pages a new user
+installs from say how to get the package before it is on the package index, before they install
+it; and the pytest settings the testing page gives make a fresh project's workflow test run.
 
 Snippets run page by page: the blocks of one page in order, in one namespace, inside a test
 with Django configured and the test database, and with a registry of workflows of the page's
@@ -12,9 +15,13 @@ A ``{code-block} python`` directive is not run: it shows a file that runs only i
 package's ``__init__.py`` with a relative import), under a caption naming that file.
 """
 
+import configparser
+import os
 import re
 import subprocess
 import sys
+import textwrap
+import tomllib
 import traceback
 import uuid
 from contextlib import contextmanager
@@ -25,6 +32,8 @@ from celery import _state as celery_state
 from django.core.management import get_commands
 from django.test import override_settings
 from markdown_it import MarkdownIt
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from workflows_app import registry
 from workflows_app.conf import DEFAULTS
@@ -314,3 +323,231 @@ def test_the_first_workflow_runs_as_getting_started_says(first_workflow_stack):
     assert list(events.filter(type="log", operation="greet").order_by("id").values_list("message", flat=True)) == [
         "attempt 1 to greet Ada", "attempt 2 to greet Ada"]
     assert_operation_events_consistent(execution)
+
+
+# --- the package's extras, and installing it -------------------------------------------------
+
+#: README is the front door: what a newcomer reads first, whole. The rest goes in docs/.
+README_MOST_LINES = 200
+
+
+def test_the_readme_stays_short():
+    lines = len(README.read_text().splitlines())
+    assert lines <= README_MOST_LINES, f"README.md has {lines} lines, more than {README_MOST_LINES}: move some to docs/"
+
+GETTING_STARTED = DOCS / "getting-started.md"
+#: The pages a new user installs the package from: each lists every extra, in the same table.
+PAGES_THAT_LIST_THE_EXTRAS = [README, GETTING_STARTED]
+#: A table that lists the extras begins with this header row.
+EXTRAS_HEADER = ["extra", "installs", "for"]
+#: An extra named in an install command: ``django-switchyard[postgres,flower]``.
+EXTRAS_INSTALLED = re.compile(r"django-switchyard\[([^\]]*)\]")
+CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def declared_extras() -> dict[str, list[Requirement]]:
+    """pyproject.toml's [project.optional-dependencies]: each extra's requirements."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {name: [Requirement(line) for line in lines] for name, lines in project["optional-dependencies"].items()}
+
+
+def table_rows(text: str):
+    """The rows of each Markdown table of a text, as lists of cells (the header row first, the
+    delimiter row left out)."""
+    table = []
+    for line in text.splitlines() + [""]:
+        if line.lstrip().startswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", cell) for cell in cells):
+                table.append(cells)
+        elif table:
+            yield table
+            table = []
+
+
+def extras_tables(page: Path) -> list[list[list[str]]]:
+    """The page's tables of the extras: their rows below the header."""
+    return [rows[1:] for rows in table_rows(page.read_text()) if rows[0] == EXTRAS_HEADER]
+
+
+def installs(cell: str) -> set[tuple[str, frozenset]]:
+    """``(name, extras)`` of each requirement a table's "installs" cell names."""
+    return {(canonicalize_name(r.name), frozenset(r.extras)) for r in map(Requirement, CODE_SPAN.findall(cell))}
+
+
+def test_every_extra_a_page_names_is_one_the_package_declares():
+    declared = declared_extras()
+    unknown = []
+    for page in pages():
+        named = [extra.strip() for found in EXTRAS_INSTALLED.findall(page.read_text()) for extra in found.split(",")]
+        named += [CODE_SPAN.sub(r"\1", row[0]) for table in extras_tables(page) for row in table]
+        unknown += [f"{name_of(page)}: [{extra}]" for extra in named if extra not in declared]
+    assert not unknown, "extras that pyproject.toml does not declare:\n" + "\n".join(unknown)
+
+
+def test_the_extras_are_one_list_alike_on_every_page_that_lists_them_as_pyproject_declares_them():
+    """README and "Getting started" (and any page with a table headed extra | installs | for)
+    list every extra of pyproject.toml, each with the requirements it installs there, in one table
+    with the same rows: the same names and meanings everywhere."""
+    declared = declared_extras()
+    listing = sorted(set(PAGES_THAT_LIST_THE_EXTRAS) | {page for page in pages() if extras_tables(page)})
+    tables = {}
+    for page in listing:
+        found = extras_tables(page)
+        assert len(found) == 1, f"{name_of(page)} has {len(found)} tables of the extras, not one"
+        tables[name_of(page)] = found[0]
+    for where, rows in tables.items():
+        names = [CODE_SPAN.sub(r"\1", row[0]) for row in rows]
+        assert sorted(names) == sorted(declared), f"{where} lists the extras {names}, pyproject.toml {sorted(declared)}"
+        for name, row in zip(names, rows):
+            assert installs(row[1]) == {(canonicalize_name(r.name), frozenset(r.extras)) for r in declared[name]}, \
+                f"{where}: what [{name}] installs is not what pyproject.toml says: {row[1]}"
+            assert row[2], f"{where}: [{name}] says not what it is for"
+    first, *others = tables.items()
+    for where, rows in others:
+        assert rows == first[1], f"{where} lists the extras otherwise than {first[0]}"
+
+
+#: Says that the package is not on the package index yet, and how to get it until then.
+NOT_ON_THE_INDEX = re.compile(r"not on the package index", re.I)
+WHEEL = re.compile(r"make wheel|build --wheel")
+PIP_INSTALL_THE_PACKAGE = re.compile(r"""pip install\s+["']?django-switchyard\b""")
+
+
+@pytest.mark.parametrize("page", PAGES_THAT_LIST_THE_EXTRAS, ids=name_of)
+def test_the_page_says_how_to_get_the_package_before_it_first_installs_it(page):
+    """While the package is not on the package index, ``pip install django-switchyard`` finds
+    nothing: the page says so, and how to build the wheel to install, before its first install
+    command, not after a reader has run it."""
+    lines = page.read_text().splitlines()
+    installing = [line + offset for content, line in shell_snippets(page)
+                  for offset, command in enumerate(content.splitlines()) if PIP_INSTALL_THE_PACKAGE.search(command)]
+    assert installing, f"{name_of(page)} installs the package nowhere"
+    before = "\n".join(lines[:min(installing) - 1])
+    assert NOT_ON_THE_INDEX.search(before) and WHEEL.search(before), \
+        f"{name_of(page)} installs the package (line {min(installing)}) before it says that it is not on the " \
+        "package index yet and how to build the wheel"
+
+
+WHEEL_FILE = re.compile(r"django_switchyard-([^-/\s]+)-py3-none-any\.whl")
+
+
+def test_every_wheel_a_page_names_is_the_one_make_wheel_writes():
+    """``dist/django_switchyard-<version>-py3-none-any.whl``, of pyproject.toml's version."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    other = sorted({f"{name_of(page)}: {found}" for page in pages()
+                    for found in WHEEL_FILE.findall(page.read_text()) if found != version})
+    assert not other, f"wheels of another version than pyproject.toml's {version}:\n" + "\n".join(other)
+
+
+# --- a fresh project's pytest settings, as the testing page gives them ------------------------
+
+TESTING = DOCS / "testing.md"
+
+
+def blocks_of_the_testing_page():
+    """``(info, content)`` of each fenced block of the testing page, in order."""
+    return [(info.split(maxsplit=1)[0] if info else "", content) for info, content, _ in fences(TESTING.read_text())]
+
+
+def pytest_settings_blocks() -> dict[str, str]:
+    """The testing page's pytest settings: ``{"ini": …, "toml": …}``, its blocks of those
+    languages that set ``DJANGO_SETTINGS_MODULE``."""
+    return {info: content for info, content in blocks_of_the_testing_page()
+            if info in ("ini", "toml") and "DJANGO_SETTINGS_MODULE" in content}
+
+
+def test_the_testing_page_gives_the_pytest_settings_before_its_first_test():
+    blocks = blocks_of_the_testing_page()
+    first_test = next(index for index, (info, content) in enumerate(blocks)
+                      if info in PYTHON_INFO and re.search(r"^def test_", content, re.M))
+    settings = [index for index, (info, content) in enumerate(blocks)
+                if info in ("ini", "toml") and "DJANGO_SETTINGS_MODULE" in content]
+    assert settings and settings[0] < first_test, \
+        "the testing page shows a test before the pytest settings (DJANGO_SETTINGS_MODULE) a project needs"
+    ini = configparser.ConfigParser()
+    ini.read_string(pytest_settings_blocks()["ini"])
+    assert ini["pytest"]["DJANGO_SETTINGS_MODULE"] == "mysite.settings"
+    toml = tomllib.loads(pytest_settings_blocks()["toml"])
+    assert toml["tool"]["pytest"]["ini_options"]["DJANGO_SETTINGS_MODULE"] == "mysite.settings"
+
+
+#: Appended to the settings.py of ``django-admin startproject``: Switchyard's apps, as "Getting
+#: started" adds them; a broker that the fixture never reaches; the project's workflows.
+FRESH_SETTINGS = """
+INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "django_filters", "drf_spectacular",
+                   "workflows_app", "agents"]
+CELERY_BROKER_URL = "memory://"
+SWITCHYARD_WORKFLOW_MODULES = ["mysite.workflows"]
+"""
+FRESH_WORKFLOWS = """
+from workflows_app.sdk import operation, workflow
+
+
+@operation
+def double(ctx, number):
+    return 2 * number
+
+
+@workflow
+def doubling(ctx, number):
+    ctx.set_payload({"doubled": ctx.await_execute("double", double, number)})
+"""
+FRESH_TEST = """
+from mysite.workflows import doubling
+
+
+def test_doubling(switchyard):
+    result = switchyard.run(doubling, {"number": 21})
+    assert result.status == "completed"
+    assert result.payload == {"doubled": 42}
+"""
+#: Where each kind of the testing page's pytest settings goes: beside manage.py.
+SETTINGS_FILES = {"ini": "pytest.ini", "toml": "pyproject.toml"}
+
+
+def fresh_project(directory: Path) -> Path:
+    """A project as ``django-admin startproject mysite .`` writes it, with Switchyard's apps, a
+    workflows module and a test of it beside manage.py, and no pytest settings."""
+    directory.mkdir()
+    subprocess.run([sys.executable, "-m", "django", "startproject", "mysite", str(directory)], check=True,
+                   capture_output=True, timeout=60, env=bare_env())
+    with open(directory / "mysite" / "settings.py", "a") as settings:
+        settings.write(FRESH_SETTINGS)
+    (directory / "mysite" / "workflows.py").write_text(textwrap.dedent(FRESH_WORKFLOWS))
+    (directory / "test_workflows.py").write_text(textwrap.dedent(FRESH_TEST))
+    return directory
+
+
+def bare_env() -> dict[str, str]:
+    """This process's environment less what configures Django, pytest, Switchyard or its services,
+    with this repository on the path: the package as a project that installed it sees it."""
+    env = {name: value for name, value in os.environ.items()
+           if name in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def run_pytest(project: Path) -> subprocess.CompletedProcess:
+    """pytest in the project, with Switchyard's plugin: an installed package registers it through
+    its entry point; this repository is on the path only, so it is named."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "workflows_app.testing", "-p", "no:cacheprovider",
+                           "-q"], cwd=project, env=bare_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_a_fresh_project_without_pytest_settings_stops_at_collection_as_the_testing_page_says(tmp_path):
+    run = run_pytest(fresh_project(tmp_path / "mysite"))
+    assert run.returncode != 0
+    assert "ImproperlyConfigured: Requested setting INSTALLED_APPS, but settings are not configured" in run.stdout, \
+        run.stdout[-4000:]
+    assert "django.core.exceptions.ImproperlyConfigured: Requested setting INSTALLED_APPS, but settings are" \
+        in " ".join(TESTING.read_text().split())
+
+
+@pytest.mark.parametrize("kind", sorted(SETTINGS_FILES))
+def test_the_testing_pages_pytest_settings_run_a_fresh_projects_workflow_test(kind, tmp_path):
+    project = fresh_project(tmp_path / "mysite")
+    (project / SETTINGS_FILES[kind]).write_text(pytest_settings_blocks()[kind])
+    run = run_pytest(project)
+    assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
+    assert "1 passed" in run.stdout
