@@ -50,13 +50,17 @@ DEFAULTS = {
     "METRICS_TOKEN": None,
     # The key every agent's key is derived from (wire.keys); None: derived from SECRET_KEY.
     "AGENT_MASTER_KEY": None,
+    # Seconds: the shortest gap between two slots of a schedule a user who is not a superuser
+    # creates or retimes (workflows_app.schedules.min_interval).
+    "SCHEDULE_MIN_INTERVAL": 10,
 }
 
 #: Where ``manage.py standalone``'s Flower is, for the web server it starts (see above).
 STANDALONE_FLOWER_URL_ENV = "SWITCHYARD_STANDALONE_FLOWER_URL"
 
 _NUMBER_KEYS = {"RETRY_INTERVAL", "WAIT_AFTER_FAIL", "KILL_GRACE_SECONDS", "CANCEL_TIMEOUT",
-                "AGENT_HEARTBEAT_SECONDS", "AGENT_OFFLINE_AFTER_SECONDS", "DATABASE_OUTAGE_TOLERANCE"}
+                "AGENT_HEARTBEAT_SECONDS", "AGENT_OFFLINE_AFTER_SECONDS", "DATABASE_OUTAGE_TOLERANCE",
+                "SCHEDULE_MIN_INTERVAL"}
 
 
 def unknown_keys(user_settings) -> list[str]:

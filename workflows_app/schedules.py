@@ -13,13 +13,30 @@ when that user may not (``workflows_app.permissions``: a schedule needs what its
 need); ``user=None``, the default, is the server's own access (the commands). A schedule of a
 workflow whose own permission the user lacks is, for that user, not there:
 ``Schedule.DoesNotExist``, as for an id that names no schedule.
+
+What a schedule starts, and when, is what starting its workflow allows: creating one, triggering
+one, and changing what it starts or when — its parameters, its cron expression, interval or time
+zone, unpausing it (an update or ``resume``) — need what a start needs, ``permissions.check(user,
+"start", workflow)``, the start endpoint's own rule (``add_execution`` and the workflow's own
+permission), besides what the action itself needs. Pausing, deleting and the other fields (overlap
+policy, catch-up window, jitter: they start no slot the timing does not have) need only the
+action's permission.
+
+A user who is not a superuser creates or retimes a schedule only with slots at least
+``WORKFLOWS["SCHEDULE_MIN_INTERVAL"]`` seconds apart (:func:`min_interval`, :func:`check_spacing`):
+a timing of more frequent slots is a ``ParameterError`` naming the field and the minimum. A
+superuser, and the server's own access (the commands, run by an operator with a shell on the
+server, who is attributed to no user), are not held to it.
 """
 
 import uuid
+from datetime import datetime, timedelta
 
+from croniter import CroniterBadDateError, croniter
 from django.db import transaction
 
 from workflows_app import clock, permissions, values
+from workflows_app.conf import workflows_settings
 from workflows_app.engine import schedules as engine
 from workflows_app.engine import timetable
 from workflows_app.errors import ParameterError
@@ -35,6 +52,13 @@ MAX_SECONDS = 10**9
 EDITABLE = ("parameters", "cron", "interval", "timezone", "overlap", "catchup_window", "jitter", "paused")
 #: What, when changed, moves the next slot.
 TIMING = ("cron", "interval", "timezone")
+#: What, when changed, changes what the schedule starts or when: it needs what starting needs (as
+#: unpausing does).
+STARTING = ("parameters", *TIMING)
+#: How far ahead :func:`check_spacing` looks for the daylight-saving changes of a time zone, and
+#: for two consecutive days a cron expression's day fields both match.
+DST_HORIZON = timedelta(days=366)
+CONSECUTIVE_DAYS_HORIZON = timedelta(days=4 * 366)
 #: How many of its latest slots a schedule's document shows.
 RECENT_SLOTS = 20
 
@@ -51,10 +75,11 @@ def get(schedule_id, *, user=None) -> Schedule:
 
 
 def check(workflow_id, parameters=None, *, cron="", interval=None, timezone="UTC", overlap=OverlapPolicy.SKIP,
-          catchup_window=0, jitter=0, paused=False) -> dict:
+          catchup_window=0, jitter=0, paused=False, min_interval=0) -> dict:
     """The fields of a schedule as they are stored, once each is checked: what :func:`create`
     and :func:`update` store, and what the admin's form checks before it saves. ``cron`` None
-    is none (""), ``parameters`` None is ``{}``."""
+    is none (""), ``parameters`` None is ``{}``. ``min_interval``: the fewest seconds its slots
+    may be apart (:func:`check_spacing`; 0, the default: no minimum)."""
     if not isinstance(workflow_id, str):
         raise ParameterError(f"workflow_id must be a string, not {type(workflow_id).__name__}")
     problem = values.string_problem(workflow_id)
@@ -77,6 +102,7 @@ def check(workflow_id, parameters=None, *, cron="", interval=None, timezone="UTC
                                  f"not {_shown(seconds)}")
     if not isinstance(paused, bool):
         raise ParameterError(f"paused must be true or false, not {_shown(paused)}")
+    check_spacing(cron=cron, interval=interval, timezone=timezone, minimum=min_interval)
     return {"workflow_id": definition.name, "parameters": parameters, "cron": cron, "interval": interval,
             "timezone": timezone, "overlap": overlap, "catchup_window": catchup_window, "jitter": jitter,
             "paused": paused}
@@ -85,12 +111,12 @@ def check(workflow_id, parameters=None, *, cron="", interval=None, timezone="UTC
 def create(workflow_id, parameters=None, *, cron="", interval=None, timezone="UTC", overlap=OverlapPolicy.SKIP,
            catchup_window=0, jitter=0, paused=False, created_by="", user=None) -> Schedule:
     """Store a schedule of ``workflow_id`` (every argument as :func:`check` takes it) with its
-    first slot planned (none while paused). Needs what starting the workflow needs.
-    ``created_by`` defaults to the user's name."""
+    first slot planned (none while paused). Needs what starting the workflow needs; its slots are
+    at least :func:`min_interval` apart for ``user``. ``created_by`` defaults to the user's name."""
     permissions.check(user, "schedule", workflow_id if isinstance(workflow_id, str) else None,
                       target=f"workflow {str(workflow_id)[:100]!r}")
     fields = check(workflow_id, parameters, cron=cron, interval=interval, timezone=timezone, overlap=overlap,
-                   catchup_window=catchup_window, jitter=jitter, paused=paused)
+                   catchup_window=catchup_window, jitter=jitter, paused=paused, min_interval=min_interval(user))
     if not created_by and user is not None:
         created_by = user.get_username()
     if not isinstance(created_by, str) or values.string_problem(created_by):
@@ -103,22 +129,16 @@ def create(workflow_id, parameters=None, *, cron="", interval=None, timezone="UT
 
 
 def update(schedule_id, *, user=None, **changes) -> Schedule:
-    """Change the fields of :data:`EDITABLE` given (checked together, as :func:`check` does).
-    Giving ``cron`` clears the interval and giving ``interval`` clears the cron expression, so
-    that a schedule moves from one to the other in one change. A change of the timing or of
-    ``paused`` plans the next slot again, from now. Needs ``change``."""
-    unknown = sorted(set(changes) - set(EDITABLE))
-    if unknown:
-        raise ParameterError(f"{', '.join(unknown)}: cannot be changed (a schedule may change "
-                             f"{', '.join(EDITABLE)}; for another workflow, create another schedule)")
-    if "cron" in changes and "interval" not in changes:
-        changes["interval"] = None
-    elif "interval" in changes and "cron" not in changes:
-        changes["cron"] = ""
+    """Change the fields of :data:`EDITABLE` given (checked together, as :func:`check_change`
+    does). Giving ``cron`` clears the interval and giving ``interval`` clears the cron
+    expression, so that a schedule moves from one to the other in one change. A change of the
+    timing or of ``paused`` plans the next slot again, from now. Needs ``change``, and what
+    starting the workflow needs to change what it starts or when (:func:`check_change`)."""
+    changes = _given(changes)
     with transaction.atomic():
         schedule = _find(user, "change", schedule_id, lock=True)
         current = {name: getattr(schedule, name) for name in EDITABLE}
-        fields = check(schedule.workflow_id, **{**current, **changes})
+        fields = check_change(schedule, user=user, **changes)
         replan = any(fields[name] != current[name] for name in (*TIMING, "paused"))
         for name in EDITABLE:
             setattr(schedule, name, fields[name])
@@ -128,6 +148,131 @@ def update(schedule_id, *, user=None, **changes) -> Schedule:
         schedule.updated_at = now
         schedule.save()
     return schedule
+
+
+def check_change(schedule, *, user=None, **changes) -> dict:
+    """The fields ``schedule`` has once ``changes`` (of :data:`EDITABLE`) are made, each checked
+    as :func:`check` checks it: what :func:`update` stores, and what the admin's change form
+    checks. ``user`` must also be allowed what the changes do — the fields of :data:`STARTING`
+    changed, or the schedule unpaused, need what starting its workflow needs (``PermissionRefused``)
+    — and a change of the timing must keep its slots :func:`min_interval` apart for ``user``.
+    What the action itself needs (``change``) is its caller's to check. A field given its current
+    value is no change."""
+    changes = _given(changes)
+    current = {name: getattr(schedule, name) for name in EDITABLE}
+    fields = check(schedule.workflow_id, **{**current, **changes})
+    changed = {name for name in EDITABLE if fields[name] != current[name]}
+    if changed & set(STARTING) or (current["paused"] and not fields["paused"]):
+        permissions.check(user, "start", schedule.workflow_id, target=f"schedule {schedule.pk}")
+    if changed & set(TIMING):
+        check_spacing(cron=fields["cron"], interval=fields["interval"], timezone=fields["timezone"],
+                      minimum=min_interval(user))
+    return fields
+
+
+def min_interval(user) -> int:
+    """The fewest seconds two slots of a schedule ``user`` creates or retimes may be apart:
+    ``WORKFLOWS["SCHEDULE_MIN_INTERVAL"]``, or 0 (no minimum) for an active superuser and for the
+    server's own access (``user=None``: the commands)."""
+    if user is None or (getattr(user, "is_active", False) and getattr(user, "is_superuser", False)):
+        return 0
+    return workflows_settings.SCHEDULE_MIN_INTERVAL
+
+
+def check_spacing(*, cron="", interval=None, timezone="UTC", minimum=0) -> None:
+    """Raise ``ParameterError`` naming the field and the minimum if two consecutive slots of this
+    timing (checked already, as ``timetable.check`` does) can be less than ``minimum`` seconds
+    apart. An interval is its own spacing. A cron expression's slots are whole minutes, so every
+    one is at least 60 s apart; beyond 60 s, its slots are compared as the wall clock reads them,
+    whatever the day (the minute and hour fields name the times of every day it fires; the last
+    of a day and the first of the next when its day fields match two consecutive days within
+    the next four years), and as real instants around each daylight-saving change of its time
+    zone within the next year (a change moves some slots nearer each other)."""
+    if not minimum:
+        return
+    if interval is not None:
+        if interval < minimum:
+            raise ParameterError(f"interval must be at least {_seconds(minimum)} (the minimum interval between two "
+                                 f"slots, WORKFLOWS['SCHEDULE_MIN_INTERVAL']), not {interval}")
+        return
+    gap, where = _closest_cron_slots(cron, timezone, minimum)
+    if gap is not None:
+        raise ParameterError(f"cron: {_shown(cron)} has slots {_seconds(gap)} apart{where}; a schedule's slots must "
+                             f"be at least {_seconds(minimum)} apart (the minimum interval, "
+                             "WORKFLOWS['SCHEDULE_MIN_INTERVAL'])")
+
+
+def _closest_cron_slots(cron, timezone, minimum) -> tuple[int | None, str]:
+    """``(seconds, where)`` of two consecutive slots of the expression less than ``minimum``
+    seconds apart, ``where`` saying when if only on a daylight-saving change; ``(None, "")`` if
+    none is found (as :func:`check_spacing` looks)."""
+    if minimum <= 60:
+        return None, ""  # slots are whole minutes apart
+    text = cron.strip()
+    fields = timetable.NICKNAMES.get(text.lower(), text).split()
+    minutes, hours = croniter(" ".join(fields), datetime(2000, 1, 1)).expanded[:2]
+    minutes = range(60) if minutes == ["*"] else minutes
+    hours = range(24) if hours == ["*"] else hours
+    times = sorted({hour * 60 + minute for hour in hours for minute in minutes})  # minutes of a day
+    gaps = [(later - earlier) * 60 for earlier, later in zip(times, times[1:])]
+    if gaps and min(gaps) < minimum:
+        return min(gaps), ""
+    overnight = (24 * 60 - times[-1] + times[0]) * 60
+    if overnight < minimum and _consecutive_days(fields[2:]):
+        return overnight, ""
+    zone = timetable.zone(timezone)
+    now = clock.now()
+    for change in _offset_changes(zone, now, now + DST_HORIZON):
+        window = timedelta(seconds=minimum + 60)
+        previous = None
+        for slot in timetable.slots(cron=cron, timezone=timezone, after=change - window):
+            if slot > change + window:
+                break
+            if previous is not None and (slot - previous).total_seconds() < minimum:
+                return int((slot - previous).total_seconds()), (
+                    f" on {slot.astimezone(zone):%Y-%m-%d}, a daylight-saving change in {timezone}")
+            previous = slot
+    return None, ""
+
+
+def _consecutive_days(day_fields) -> bool:
+    """Whether the day fields (day of month, month, day of week) match two consecutive days
+    within :data:`CONSECUTIVE_DAYS_HORIZON` from now."""
+    start = clock.now().replace(tzinfo=None)
+    days = croniter(f"0 0 {' '.join(day_fields)}", start)
+    previous = None
+    while True:
+        try:
+            day = days.get_next(datetime)
+        except (ValueError, OverflowError, CroniterBadDateError):
+            return False
+        if day - start > CONSECUTIVE_DAYS_HORIZON:
+            return False
+        if previous is not None and day - previous == timedelta(days=1):
+            return True
+        previous = day
+
+
+def _offset_changes(zone, start, end):
+    """The instants (to the second) between ``start`` and ``end`` at which ``zone``'s offset
+    from UTC changes."""
+    moment = start
+    while moment < end:
+        following = moment + timedelta(days=1)
+        if moment.astimezone(zone).utcoffset() != following.astimezone(zone).utcoffset():
+            low, high = moment, following
+            while high - low > timedelta(seconds=1):
+                middle = low + (high - low) / 2
+                if middle.astimezone(zone).utcoffset() == low.astimezone(zone).utcoffset():
+                    low = middle
+                else:
+                    high = middle
+            yield high
+        moment = following
+
+
+def _seconds(seconds) -> str:
+    return f"{seconds} second" + ("" if seconds == 1 else "s")
 
 
 def delete(schedule_id, *, user=None) -> None:
@@ -151,10 +296,12 @@ def pause(schedule_id, *, user=None) -> Schedule:
 def resume(schedule_id, *, user=None) -> Schedule:
     """Slots fire again from the first one after now: those that fell while it was paused are
     neither run nor recorded. Resuming a schedule that is not paused changes nothing (its next
-    slot, even one overdue, stays). Needs ``resume``."""
+    slot, even one overdue, stays). Needs ``resume``, and unpausing what starting the workflow
+    needs."""
     with transaction.atomic():
         schedule = _find(user, "resume", schedule_id, lock=True)
         if schedule.paused:
+            permissions.check(user, "start", schedule.workflow_id, target=f"schedule {schedule.pk}")
             now = clock.now()
             schedule.paused, schedule.updated_at = False, now
             engine.plan_next(schedule, now)
@@ -187,6 +334,21 @@ def by_id_prefix(digits, shown) -> tuple[list[dict], int]:
     matching = Schedule.objects.filter(pk__gte=low, pk__lte=high)
     rows = list(matching.order_by("pk").values("id", "workflow_id")[:shown + 1])
     return rows[:shown], (len(rows) if len(rows) <= shown else matching.count())
+
+
+def _given(changes) -> dict:
+    """The changes of an update, refused if one is not of :data:`EDITABLE`; giving ``cron``
+    clears the interval, giving ``interval`` the cron expression."""
+    unknown = sorted(set(changes) - set(EDITABLE))
+    if unknown:
+        raise ParameterError(f"{', '.join(unknown)}: cannot be changed (a schedule may change "
+                             f"{', '.join(EDITABLE)}; for another workflow, create another schedule)")
+    changes = dict(changes)
+    if "cron" in changes and "interval" not in changes:
+        changes["interval"] = None
+    elif "interval" in changes and "cron" not in changes:
+        changes["cron"] = ""
+    return changes
 
 
 def _find(user, action, schedule_id, *, lock=False) -> Schedule:

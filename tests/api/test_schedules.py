@@ -261,3 +261,110 @@ def client_of(db):
         return client
 
     return log_in
+
+
+# --- what a schedule starts, and when: what starting needs ----------------------------------------
+
+#: May view and change executions (and so schedules), not start them.
+CHANGER = ("view_execution", "change_execution")
+
+
+@pytest.fixture
+def paused_nightly(api, at_t0):
+    response = create(api, workflow_id="demo", parameters={"n": 2}, cron="0 3 * * *", paused=True)
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+@pytest.mark.parametrize("request_of", [
+    pytest.param(lambda client, pk: client.patch(url(pk), {"interval": 10}, format="json"), id="interval"),
+    pytest.param(lambda client, pk: client.patch(url(pk), {"cron": "* * * * *"}, format="json"), id="cron"),
+    pytest.param(lambda client, pk: client.patch(url(pk), {"timezone": "Asia/Tokyo"}, format="json"), id="timezone"),
+    pytest.param(lambda client, pk: client.patch(url(pk), {"parameters": {"n": 9}}, format="json"), id="parameters"),
+    pytest.param(lambda client, pk: client.patch(url(pk), {"paused": False}, format="json"), id="unpause"),
+    pytest.param(lambda client, pk: act(client, pk, "resume"), id="resume"),
+    pytest.param(lambda client, pk: act(client, pk, "trigger"), id="trigger"),
+])
+def test_changing_what_a_schedule_starts_or_when_needs_what_starting_needs(client_of, paused_nightly, request_of):
+    """A user who may change executions but not start them cannot make a schedule start runs
+    (in the creator's name) by changing it: 403, naming add_execution, and nothing changed."""
+    changer = client_of(CHANGER)
+    refused = assert_error(request_of(changer, paused_nightly["id"]), 403, "permission_denied")
+    assert "workflows_app.add_execution" in refused["message"] and paused_nightly["id"] in refused["message"]
+    stored = Schedule.objects.get()
+    assert (stored.paused, stored.next_run_at, stored.cron, stored.interval, stored.timezone, stored.parameters) == (
+        True, None, "0 3 * * *", None, "UTC", {"n": 2})
+    assert not ScheduleSlot.objects.exists() and not Execution.objects.exists()
+
+    # What starting needs is enough: the same request from a user who may also start is taken.
+    starter = client_of(CHANGER + ("add_execution",))
+    assert request_of(starter, paused_nightly["id"]).status_code == 200
+
+
+def test_pausing_and_the_fields_that_start_nothing_need_only_change_execution(client_of, nightly):
+    changer = client_of(CHANGER)
+    changed = changer.patch(url(nightly["id"]), {"overlap": "allow", "catchup_window": 60, "jitter": 5,
+                                                 # given as they are: no change
+                                                 "cron": nightly["cron"], "parameters": nightly["parameters"],
+                                                 "timezone": nightly["timezone"]}, format="json")
+    assert changed.status_code == 200, changed.content
+    assert (changed.json()["overlap"], changed.json()["catchup_window"], changed.json()["jitter"]) == ("allow", 60, 5)
+    assert changer.patch(url(nightly["id"]), {"paused": True}, format="json").json()["paused"]
+    assert act(changer, nightly["id"], "pause").json()["paused"]
+    assert not Execution.objects.exists()
+
+
+# --- the minimum interval between two slots --------------------------------------------------------
+
+def test_a_user_may_not_schedule_slots_closer_than_the_minimum_interval(api, nightly):
+    """One POST of an every-second schedule would start 60 runs a minute past the write throttle."""
+    for interval in (1, 9):
+        refused = assert_error(create(api, workflow_id="demo", interval=interval), 400, "invalid_parameters")
+        assert refused["message"].startswith("interval must be at least 10 seconds"), refused
+        assert "minimum interval" in refused["message"] and "SCHEDULE_MIN_INTERVAL" in refused["message"]
+    assert Schedule.objects.count() == 1
+    refused = assert_error(api.patch(url(nightly["id"]), {"interval": 5}, format="json"), 400, "invalid_parameters")
+    assert "at least 10 seconds" in refused["message"]
+    assert Schedule.objects.get().cron == "0 3 * * *"
+
+    # Ten seconds, and every minute, are far enough apart.
+    assert create(api, workflow_id="demo", interval=10).status_code == 201
+    assert create(api, workflow_id="demo", cron="* * * * *").status_code == 201
+    assert api.patch(url(nightly["id"]), {"interval": 10}, format="json").status_code == 200
+
+
+def test_the_minimum_interval_is_the_setting_schedule_min_interval(api, nightly, settings):
+    settings.WORKFLOWS = {**getattr(settings, "WORKFLOWS", {}), "SCHEDULE_MIN_INTERVAL": 120}
+    for body in [{"cron": "* * * * *"}, {"cron": "0,1 * * * *"}, {"cron": "* * 1 1 *"}, {"interval": 60}]:
+        refused = assert_error(create(api, workflow_id="demo", **body), 400, "invalid_parameters")
+        assert "at least 120 seconds" in refused["message"], refused
+        assert refused["message"].startswith("cron" if "cron" in body else "interval")
+    # Every minute of the 1st of January only: closer than 120 s that day, so refused whatever today is.
+    refused = assert_error(api.patch(url(nightly["id"]), {"cron": "* * 1 1 *"}, format="json"), 400,
+                           "invalid_parameters")
+    assert "has slots 60 seconds apart" in refused["message"]
+    assert Schedule.objects.count() == 1 and Schedule.objects.get().cron == "0 3 * * *"
+    assert create(api, workflow_id="demo", cron="*/2 * * * *").status_code == 201
+    assert create(api, workflow_id="demo", interval=120).status_code == 201
+
+
+def test_a_daylight_saving_change_that_brings_two_slots_closer_is_refused(api, settings, at_t0):
+    # 02:30 does not happen on Paris' last Sunday of March: it fires at 03:00 summer time, a
+    # minute after 01:59 winter time.
+    settings.WORKFLOWS = {**getattr(settings, "WORKFLOWS", {}), "SCHEDULE_MIN_INTERVAL": 600}
+    refused = assert_error(create(api, workflow_id="demo", cron="30,59 1,2 * * *", timezone="Europe/Paris"), 400,
+                           "invalid_parameters")
+    assert "60 seconds apart on 2026-03-29" in refused["message"] and "at least 600 seconds" in refused["message"]
+    assert create(api, workflow_id="demo", cron="30,59 1,2 * * *", timezone="UTC").status_code == 201
+
+
+def test_a_superuser_is_not_held_to_the_minimum_interval_and_its_schedule_stays_editable(client_of, api, at_t0):
+    superuser = client_of((), is_superuser=True)
+    fast = create(superuser, workflow_id="demo", interval=1)
+    assert fast.status_code == 201, fast.content
+    assert superuser.patch(url(fast.json()["id"]), {"cron": "* * * * *"}, format="json").status_code == 200
+    assert superuser.patch(url(fast.json()["id"]), {"interval": 2}, format="json").status_code == 200
+    # Another user may change what does not move its slots; moving them keeps to the minimum.
+    assert api.patch(url(fast.json()["id"]), {"parameters": {"n": 4}}, format="json").status_code == 200
+    assert_error(api.patch(url(fast.json()["id"]), {"interval": 3}, format="json"), 400, "invalid_parameters")
+    assert Schedule.objects.get().interval == 2

@@ -144,6 +144,16 @@ def test_a_refused_value_is_a_command_error_and_nothing_changes(at_t0, args, say
     assert list(Schedule.objects.values()) == before
 
 
+def test_the_commands_act_with_the_servers_access_and_the_minimum_interval_is_not_theirs(at_t0, settings):
+    """An operator with a shell on the server acts for no user (``created_by`` is manage.py), as a
+    superuser would: ``WORKFLOWS["SCHEDULE_MIN_INTERVAL"]``, which holds users of the API and the
+    admin to it, does not hold the commands."""
+    settings.WORKFLOWS = {**getattr(settings, "WORKFLOWS", {}), "SCHEDULE_MIN_INTERVAL": 120}
+    schedule_id = command("create_schedule", "demo", "--interval", "5").split()[0]
+    command("update_schedule", schedule_id, "--cron", "* * * * *")
+    assert (Schedule.objects.get().cron, Schedule.objects.get().created_by) == ("* * * * *", "manage.py")
+
+
 def test_an_ambiguous_start_of_an_id_is_refused_naming_the_schedules(at_t0):
     for n in range(2):
         Schedule.objects.create(id=uuid.UUID(f"abcd{n:028x}"), workflow_id="demo", interval=60)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
 
 SPEC_DEFAULTS = {
-    "MANAGEMENT_QUEUE": "management", "FAILURE_MODE": "no_new_calls", "MAX_RETRIES": 3,
+    "MANAGEMENT_QUEUE": "management", "FAILURE_MODE": "no_new_calls", "MAX_RETRIES": 3, "SCHEDULE_MIN_INTERVAL": 10,
     "RETRY_INTERVAL": 5, "WAIT_AFTER_FAIL": 600, "KILL_GRACE_SECONDS": 5, "CANCEL_TIMEOUT": 3600,
     "AGENT_HEARTBEAT_SECONDS": 10, "AGENT_OFFLINE_AFTER_SECONDS": 60, "ABORT_ON_TERMINATE": False,
     "FLOWER_URL": None, "SHUTDOWN_PHASE_TIMEOUTS": {"stop_intake": 5, "finish_running": 30, "flush": 30},

@@ -4,10 +4,14 @@ runs included), and the actions pause, resume and trigger now — on the list's 
 buttons on a schedule's page.
 
 Everything goes through the one service, ``workflows_app.schedules``: the form checks its data
-with ``schedules.check`` (a refusal is an error on the form, at the field it names) and saves
-with ``schedules.create`` / ``schedules.update``; the actions and the deletes call the service's,
-and every refusal becomes a message. Who may see and do what is ``workflows_app.permissions``'
-rule, the same as for the schedule's executions.
+with ``schedules.check`` / ``schedules.check_change`` (a refusal is an error on the form, at the
+field it names; so are slots closer than the minimum interval, ``WORKFLOWS["SCHEDULE_MIN_INTERVAL"]``,
+from a user who is not a superuser) and saves with ``schedules.create`` / ``schedules.update``;
+the actions and the deletes call the service's, and every refusal becomes a message. Who may see
+and do what is ``workflows_app.permissions``' rule, the same as for the schedule's executions: a
+user who may change a schedule but not start its workflow sees what it starts and when
+(``schedules.STARTING``) read-only, may not unpause it (an error on the form; no Resume), and may
+still pause it and change its overlap policy, catch-up window and jitter.
 """
 
 from django import forms
@@ -67,18 +71,24 @@ class ScheduleForm(forms.ModelForm):
         data = super().clean()
         if any(name in self.errors for name in self.fields):
             return data  # each field's own error first: the whole is checked once they are right
-        workflow_id = data["workflow_id"] if "workflow_id" in self.fields else self.instance.workflow_id
+        given = {name: data.get(name) for name in schedules.EDITABLE if name in self.fields}
         try:
-            schedules.check(workflow_id, **{name: data.get(name) for name in schedules.EDITABLE})
+            if "workflow_id" in self.fields:  # adding
+                schedules.check(data["workflow_id"], **given, min_interval=schedules.min_interval(self.user))
+            else:  # changing: what the user may change, as the service's update checks it
+                schedules.check_change(self.instance, user=self.user, **given)
         except RegistrationError as refused:
             self.add_error("workflow_id" if "workflow_id" in self.fields else None, str(refused))
+        except PermissionRefused as refused:
+            self.add_error(None, str(refused))
         except ParameterError as refused:
             self.add_error(field_named(str(refused), self.fields), " ".join(str(refused).split()))
         return data
 
     def service_arguments(self) -> dict:
-        """The keyword arguments of ``schedules.create`` / ``schedules.update`` the form gives."""
-        return {name: self.cleaned_data[name] for name in schedules.EDITABLE}
+        """The keyword arguments of ``schedules.create`` / ``schedules.update`` the form gives:
+        its fields (one read-only for the user is not one of them)."""
+        return {name: self.cleaned_data[name] for name in schedules.EDITABLE if name in self.fields}
 
 
 def field_named(message, fields):
@@ -155,6 +165,8 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fixed = ["workflow_id"] if obj is not None else []  # a schedule's workflow never changes
+        if obj is not None and not permissions.allows(request.user, "start", obj.workflow_id):
+            fixed += schedules.STARTING  # what it starts and when: what starting the workflow needs
         return fixed + list(self.readonly_fields)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -219,7 +231,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         return permissions.allows(request.user, "pause")
 
     def has_resume_permission(self, request):
-        return permissions.allows(request.user, "resume")
+        # Unpausing starts the schedule's slots again: what starting needs too.
+        return permissions.allows(request.user, "resume") and permissions.allows(request.user, "start")
 
     def has_trigger_permission(self, request):
         return permissions.allows(request.user, "trigger")
@@ -276,7 +289,8 @@ class ScheduleAdmin(admin.ModelAdmin):
             offered = [{"name": action, "label": ACTION_LABELS[action], "help": ACTION_HELP[action]}
                        for action in schedules.ACTIONS
                        if (action != "pause" or not schedule.paused) and (action != "resume" or schedule.paused)
-                       and permissions.allows(request.user, action, schedule.workflow_id)]
+                       and permissions.allows(request.user, action, schedule.workflow_id)
+                       and (action != "resume" or permissions.allows(request.user, "start", schedule.workflow_id))]
         context = {"actions_offered": offered,
                    "act_url": reverse("admin:workflows_app_schedule_act", args=[object_id]) if schedule else ""}
         return super().change_view(request, object_id, form_url, {**context, **(extra_context or {})})

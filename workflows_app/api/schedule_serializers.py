@@ -3,7 +3,8 @@
 The input serializers are strict, as the executions' are (``workflows_app.api.serializers``):
 each field takes its JSON type only, a key that is not a field is refused, strings and JSON
 values go through the one value check. Whether the workflow, its parameters and the timing fit
-together is the service's one check (``workflows_app.schedules.check``), the same for every door.
+together — and whether the slots are the minimum interval apart for the user — is the service's
+one check (``workflows_app.schedules.check``), the same for every door.
 """
 
 from drf_spectacular.utils import extend_schema_field
@@ -126,10 +127,13 @@ class ScheduleFieldsSerializer(StrictSerializer):
                                            "start's")
     cron = StrictCharField(required=False, allow_blank=True, allow_null=True, max_length=255, trim_whitespace=False,
                            help_text="a cron expression (5 fields: minute hour day-of-month month day-of-week), "
-                                     "read in timezone; or give interval")
+                                     "read in timezone; or give interval. Its slots must be at least the server's "
+                                     "minimum interval apart (WORKFLOWS['SCHEDULE_MIN_INTERVAL'], default 10 s; "
+                                     "not for a superuser)")
     interval = StrictIntegerField(required=False, allow_null=True, min_value=1, max_value=timetable.MAX_INTERVAL,
                                   help_text="seconds between two slots, counted from the schedule's creation; "
-                                            "or give cron")
+                                            "or give cron. At least the server's minimum interval "
+                                            "(WORKFLOWS['SCHEDULE_MIN_INTERVAL'], default 10; not for a superuser)")
     timezone = StrictCharField(required=False, max_length=64, trim_whitespace=False,
                                help_text="an IANA time zone (Europe/Paris) the cron expression is read in; "
                                          "default UTC")

@@ -5,7 +5,9 @@ and translates its refusals in one place (:func:`refusals`).
 Who may do what is the executions' rule (``workflows_app.permissions``): a read needs ``view``
 and shows only the schedules of workflows the user may see — one of a workflow whose own
 permission it lacks is not found, nor listed —; a write passes the user to its service, which
-refuses (403) what it may not do.
+refuses (403) what it may not do — changing what a schedule starts or when, and unpausing it,
+need what starting its workflow needs — and (400) slots closer than
+``WORKFLOWS["SCHEDULE_MIN_INTERVAL"]`` from a user who is not a superuser.
 """
 
 from contextlib import contextmanager
@@ -43,7 +45,12 @@ SCHEDULE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, d
 E404 = "`not_found`: no such schedule (an id that is not a UUID too), or one of a workflow hidden from the user"
 E400_FIELDS = ("`parse_error`; `invalid_parameters` (wrong types; a key that is not a field; parameters that do not "
                "fit the workflow; a cron expression that does not parse, an interval below 1 s, both or neither, "
-               "an unknown time zone: the message names the field); `unknown_workflow`")
+               "an unknown time zone; slots closer than the server's minimum interval, "
+               "`WORKFLOWS[\"SCHEDULE_MIN_INTERVAL\"]` (default 10 s; a superuser's are not held to it): the "
+               "message names the field); `unknown_workflow`")
+E403_CHANGE = ("`permission_denied`: a missing permission — `workflows_app.change_execution`, or, to change what the "
+               "schedule starts or when, what starting its workflow needs (`workflows_app.add_execution`, and the "
+               "workflow's own permission) —, or a session request without its CSRF token")
 
 
 @contextmanager
@@ -85,7 +92,10 @@ class ScheduleListCreate(SwitchyardView, generics.ListAPIView):
         description="Stores a schedule that starts executions of `workflow_id` with `parameters` on a cron "
                     "expression (`cron`, read in `timezone`) or every `interval` seconds: exactly one of the two. "
                     "The parameters are checked as a start checks them. Needs what starting the workflow needs: "
-                    "`workflows_app.add_execution`, and the workflow's own permission if it was registered with one.",
+                    "`workflows_app.add_execution`, and the workflow's own permission if it was registered with one. "
+                    "Unless the user is a superuser, two slots are at least `WORKFLOWS[\"SCHEDULE_MIN_INTERVAL\"]` "
+                    "seconds apart (default 10): a shorter interval, or a cron expression with closer slots, is "
+                    "refused 400.",
         request=CreateScheduleSerializer,
         responses={201: ScheduleDetailSerializer, **error_responses(
             400, 401, 403, 413, 415, e400=E400_FIELDS,
@@ -122,12 +132,17 @@ class ScheduleDetail(SwitchyardView, generics.GenericAPIView):
 
     @extend_schema(
         operation_id="schedules_partial_update", summary="Change a schedule",
-        description="Changes the fields given, checked as at creation. Giving `cron` clears `interval` and giving "
-                    "`interval` clears `cron`. A change of the timing, the time zone or `paused` plans the next slot "
-                    "again from now. The workflow cannot be changed. Needs `workflows_app.change_execution`.",
+        description="Changes the fields given, checked as at creation (a change of the timing keeps the slots the "
+                    "minimum interval apart). Giving `cron` clears `interval` and giving `interval` clears `cron`. A "
+                    "change of the timing, the time zone or `paused` plans the next slot again from now. The "
+                    "workflow cannot be changed. Needs `workflows_app.change_execution`; changing what the "
+                    "schedule starts or when — `parameters`, `cron`, `interval`, `timezone`, or unpausing it "
+                    "(`paused`: false) — needs what starting the workflow needs as well: "
+                    "`workflows_app.add_execution`, and the workflow's own permission. A field given its current "
+                    "value is no change.",
         parameters=[SCHEDULE_ID], request=UpdateScheduleSerializer,
         responses={200: ScheduleDetailSerializer, **error_responses(
-            400, 401, 403, 404, 413, 415, e400=E400_FIELDS, e404=E404)},
+            400, 401, 403, 404, 413, 415, e400=E400_FIELDS, e404=E404, e403=E403_CHANGE)},
     )
     def patch(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
@@ -151,7 +166,8 @@ class ScheduleDetail(SwitchyardView, generics.GenericAPIView):
     @extend_schema(
         operation_id="schedules_act", summary="Act on a schedule: pause, resume, trigger",
         description="pause: no slot fires until it is resumed. resume: slots fire again from the next one after "
-                    "now. Both need `workflows_app.change_execution`. trigger: a run at once (paused or not), under "
+                    "now. Both need `workflows_app.change_execution`; resuming a paused schedule needs what starting "
+                    "the workflow needs as well. trigger: a run at once (paused or not), under "
                     "the overlap policy; `triggered` says what became of it (started, with its execution; "
                     "buffered; skipped, with the reason: the overlap policy, or a workflow that can no longer be "
                     "started with the schedule's parameters). It needs what starting the workflow needs.",
