@@ -34,6 +34,9 @@ A workflow registered with ``@workflow(permission="app.codename")`` needs that p
 well, for every action on its executions and its schedules, viewing them included. Superusers
 have every permission (Django's ``has_perm``). ``user=None`` is the server's own access — what the
 ``manage.py`` commands and the engine act with — and is never refused.
+
+Seeing what an action wrote is a ``view``: a user who may act but not view is answered that it
+was done, not shown the execution or schedule (the API's ``withhold_document``).
 """
 
 from workflows_app.errors import PermissionRefused, RegistrationError

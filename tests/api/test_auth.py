@@ -93,3 +93,30 @@ def test_the_token_of_an_execution_never_appears_in_any_response(api, force_api,
         assert response.status_code == 200
         text = response.content.decode()
         assert not any(token in text for token in issued) and stored_hash not in text and "token" not in text
+
+
+#: What a browser asks for when it opens a link.
+BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+def test_the_docs_send_a_browser_that_is_not_logged_in_to_the_login_and_back(client, user):
+    # The link `manage.py standalone` prints, opened in a browser (Django's test client: a session).
+    response = client.get(f"{API}/docs", HTTP_ACCEPT=BROWSER)
+    assert response.status_code == 302 and response["Location"] == "/admin/login/?next=%2Fapi%2Fv1%2Fdocs"
+    assert client.get(response["Location"], HTTP_ACCEPT=BROWSER).status_code == 200  # the admin's login page
+    client.force_login(user)
+    page = client.get(f"{API}/docs", HTTP_ACCEPT=BROWSER)
+    assert page.status_code == 200 and page["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/json, */*;q=0.1"])
+def test_the_docs_answer_a_client_that_asks_for_json_with_the_json_401(client, accept):
+    response = client.get(f"{API}/docs", HTTP_ACCEPT=accept)
+    assert_error(response, 401, "not_authenticated")
+    assert response["Content-Type"] == "application/json" and response["WWW-Authenticate"] == "Token"
+
+
+def test_the_docs_page_is_html_only_and_a_logged_in_json_client_is_pointed_at_the_schema(client, user):
+    client.force_login(user)
+    body = assert_error(client.get(f"{API}/docs", HTTP_ACCEPT="application/json"), 406, "not_acceptable")
+    assert f"{API}/schema?format=json" in body["message"]

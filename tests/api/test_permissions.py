@@ -19,8 +19,9 @@ from tests.api.conftest import (
     CheckedClient,
     assert_error,
     make_user,
+    openapi,
 )
-from workflows_app.models import Event, Execution
+from workflows_app.models import Event, Execution, Schedule, ScheduleSlot
 from workflows_app.states import EventType, ExecutionStatus
 from workflows_app.transitions import record_event
 
@@ -165,3 +166,66 @@ def test_a_viewer_with_the_workflows_own_permission_sees_its_executions_and_may_
     assert "workflows_app.change_execution" in body["message"] and GUARDED_PERMISSION not in body["message"]
     assert stored() == before
 
+
+
+#: A user who may start and act, not view: ``workflows_app.permissions`` lets it act, and an
+#: answer that shows a document is a read.
+CHANGER = ("add_execution", "change_execution")
+
+
+def acknowledged(response, status, document_id=None):
+    """The answer of a write to a user who may not view: that it was done, and the id, nothing of the document."""
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert set(body) == {"id", "message"}, body
+    assert "workflows_app.view_execution" in body["message"]
+    if document_id is not None:
+        assert body["id"] == str(document_id)
+    return body
+
+
+def test_who_may_act_but_not_view_acts_and_is_shown_nothing_of_the_execution(client_of, make_execution):
+    execution = make_execution(status=ExecutionStatus.STARTED, workflow_id="demo", parameters={"secret": "s3"})
+    changer = client_of("nobody", *CHANGER)
+    body = acknowledged(write(changer, "send_event", execution), 202)
+    assert Event.objects.filter(pk=int(body["id"]), execution=execution).exists()
+    acknowledged(write(changer, "cancel", execution), 200, execution.pk)
+    assert Execution.objects.get(pk=execution.pk).status != ExecutionStatus.STARTED, "the action was done"
+    started = write(changer, "start", None)
+    body = acknowledged(started, 201)
+    assert Execution.objects.filter(pk=body["id"], workflow_id="demo").exists()
+    assert started["Location"].endswith(f"/executions/{body['id']}")
+    assert_error(changer.get(f"{API}/executions/{execution.pk}"), 403, "permission_denied")
+    # Who may view is shown the document, as before.
+    operator = client_of("operator")
+    shown = write(operator, "resume", Execution.objects.get(pk=execution.pk)).json()
+    assert shown["id"] == str(execution.pk) and shown["parameters"] == {"secret": "s3"}
+
+
+def test_who_may_act_but_not_view_changes_a_schedule_and_is_shown_nothing_of_it(client_of):
+    changer = client_of("nobody", *CHANGER)
+    created = changer.post(f"{API}/schedules", {"workflow_id": "demo", "parameters": {"n": 7}, "cron": "0 3 * * *"},
+                           format="json")
+    schedule_id = acknowledged(created, 201)["id"]
+    assert Schedule.objects.filter(pk=schedule_id, workflow_id="demo").exists()
+    acknowledged(changer.patch(f"{API}/schedules/{schedule_id}", {"jitter": 5}, format="json"), 200, schedule_id)
+    for action in ["pause", "resume", "trigger"]:
+        acknowledged(changer.post(f"{API}/schedules/{schedule_id}", {"action": action}, format="json"), 200,
+                     schedule_id)
+    schedule = Schedule.objects.get(pk=schedule_id)
+    assert schedule.jitter == 5 and not schedule.paused and ScheduleSlot.objects.filter(schedule=schedule).exists()
+    assert_error(changer.get(f"{API}/schedules/{schedule_id}"), 403, "permission_denied")
+    shown = client_of("operator").patch(f"{API}/schedules/{schedule_id}", {"jitter": 6}, format="json").json()
+    assert shown["id"] == schedule_id and shown["parameters"] == {"n": 7}
+
+
+def test_the_schema_documents_the_acknowledgement_of_every_write():
+    schema = openapi()
+    assert set(schema["components"]["schemas"]["Acknowledgement"]["required"]) == {"id", "message"}
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            for code, response in operation["responses"].items():
+                if code.startswith("2") and "application/json" in response.get("content", {}):
+                    members = response["content"]["application/json"]["schema"].get("anyOf", [])
+                    assert ({"$ref": "#/components/schemas/Acknowledgement"} in members) == (method != "get"), (
+                        method, path, code)

@@ -2,7 +2,9 @@
 
 import pytest
 
-from tests.api.conftest import API, VIEWER, CheckedClient, assert_error, make_user
+from tests import UNKNOWN_ID
+from tests.api.conftest import (API, GUARDED, GUARDED_PERMISSION, OPERATOR, VIEWER, CheckedClient, assert_error,
+                               make_user)
 from workflows_app.models import Execution
 from workflows_app.testing.harness import Result
 
@@ -97,5 +99,30 @@ def test_who_may_not_view_the_original_may_not_rerun_it(first, switchyard):
     client = CheckedClient()
     client.force_authenticate(make_user("starter", ("add_execution",)))
     response = client.post(f"{API}/executions", {"rerun_of": str(first.id), "from_step": "0:rr_add"}, format="json")
-    assert_error(response, 403, "permission_denied")
+    body = assert_error(response, 403, "permission_denied")
+    assert "workflows_app.view_execution" in body["message"] and str(first.id) not in body["message"]
     assert Execution.objects.count() == 1
+
+
+@pytest.mark.parametrize("holds", [False, True])
+def test_a_rerun_of_an_execution_hidden_from_the_user_is_answered_as_one_that_does_not_exist(
+        make_execution, guarded, holds):
+    """Every door answers an execution of a workflow whose own permission the user lacks as not
+    found: a rerun too, without a 403 that would say it exists."""
+    hidden = make_execution(workflow_id=guarded)
+    client = CheckedClient()
+    client.force_authenticate(make_user("operator", OPERATOR + ((GUARDED_PERMISSION,) if holds else ())))
+
+    def rerun_of(execution_id):
+        return client.post(f"{API}/executions", {"rerun_of": execution_id, "from_step": "0:step"}, format="json")
+
+    response = rerun_of(str(hidden.pk))
+    if holds:  # found: refused for the step it does not have, not for the execution
+        assert "no step '0:step'" in assert_error(response, 400, "invalid_parameters")["message"]
+    else:
+        absent = rerun_of(UNKNOWN_ID)
+        body = assert_error(response, 400, "invalid_parameters")
+        assert body == {**absent.json(), "message": absent.json()["message"].replace(UNKNOWN_ID, str(hidden.pk))}
+        assert GUARDED_PERMISSION not in body["message"] and GUARDED not in body["message"]
+        assert_error(client.get(f"{API}/executions/{hidden.pk}"), 404, "not_found")
+    assert list(Execution.objects.values_list("pk", flat=True)) == [hidden.pk]

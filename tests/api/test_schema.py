@@ -8,7 +8,9 @@ import yaml
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from tests.api.conftest import API, assert_conforms, openapi
+from tests.api.conftest import API, GUARDED_PERMISSION, VIEWER, CheckedClient, assert_conforms, make_user, openapi
+from workflows_app import registry
+from workflows_app.api.schema import SchemaGenerator
 
 SPEC_OPERATIONS = {
     ("get", "/api/v1/workflows"), ("post", "/api/v1/executions"), ("get", "/api/v1/executions"),
@@ -94,6 +96,7 @@ def test_the_docs_page_lists_every_operation_and_loads_nothing_from_elsewhere(ap
     for method, path in SPEC_OPERATIONS:
         assert f"<code>{path}</code>" in page, path
     assert "ExecutionDetail" in page and "operations_summary" in page and "error_code" in page
+    assert '<a href="#schema-ExecutionDetail">ExecutionDetail</a>, <a href="#schema-Acknowledgement">' in page
     assert not re.search(r"<script|<link|<img|<iframe|@import|url\(", page, re.I), "no asset, no script"
     assert not re.search(r"(src|href)=\"(https?:)?//", page), "no link to another host"
 
@@ -118,3 +121,42 @@ def test_the_docs_page_shows_the_schemas_markdown_as_html_and_names_the_version_
 def test_the_demo_projects_root_leads_to_the_admin(client):
     response = client.get("/")
     assert response.status_code == 302 and response["Location"] == "/admin/"
+
+
+#: A workflow registered with a permission of its own, and a parameter of it no other has.
+SECRET, SECRET_PARAMETER = "zz_secret_payroll", "salary_ceiling"
+
+
+@pytest.fixture
+def secret(monkeypatch):
+    monkeypatch.setitem(registry._workflows, SECRET, None)  # the registration is undone after the test
+
+    @registry.workflow(name=SECRET, permission=GUARDED_PERMISSION)
+    def payroll(ctx, salary_ceiling: int = 1):
+        return salary_ceiling
+
+
+@pytest.mark.parametrize("holds", [False, True])
+def test_the_schema_and_the_docs_name_only_the_workflows_the_user_may_see(db, secret, holds):
+    """As GET workflows lists them: a workflow whose own permission the user lacks, and its
+    parameters, are neither in the schema nor on the docs page it receives."""
+    client = CheckedClient()
+    client.force_authenticate(make_user("viewer", VIEWER + ((GUARDED_PERMISSION,) if holds else ())))
+    listed = [row["name"] for row in client.get(f"{API}/workflows").json()["results"]]
+    assert (SECRET in listed) == holds and "demo" in listed
+    as_json = client.get(f"{API}/schema", {"format": "json"})
+    schema = json.loads(as_json.content)
+    assert (SECRET in schema["components"]["schemas"]["WorkflowIdEnum"]["enum"]) == holds
+    assert ("StartParameters_" + SECRET in schema["components"]["schemas"]) == holds
+    assert "StartParameters_demo" in schema["components"]["schemas"]
+    for text in [as_json.content.decode(), client.get(f"{API}/schema").content.decode(),
+                 client.get(f"{API}/docs").content.decode()]:
+        assert (SECRET in text) == holds and (SECRET_PARAMETER in text) == holds
+        assert "StartParameters_demo" in text
+
+
+def test_the_schema_generated_without_a_request_names_every_workflow(secret):
+    # manage.py spectacular: the server's own access
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    assert SECRET in schema["components"]["schemas"]["WorkflowIdEnum"]["enum"]
+    assert "StartParameters_" + SECRET in schema["components"]["schemas"]

@@ -1,6 +1,7 @@
 """The one base of every view of the API: its own authentication, permissions,
 pagination, filters, parsers, renderers, content negotiation, error handling and schema class,
-so that the API is the same in any Django project, whatever its ``REST_FRAMEWORK`` says.
+so that the API is the same in any Django project, whatever its ``REST_FRAMEWORK`` says; and
+the one rule of what a write answers a user who may not view (``finalize_response``).
 
 DRF's ``APIView`` takes each of these from the project's settings (``rest_framework.settings.
 api_settings``), as class attributes fixed when DRF is imported, or read at each request
@@ -15,6 +16,7 @@ An app that adds an endpoint to the API (``agents`` adds ``GET agents``, see
 from rest_framework.views import APIView
 
 from workflows_app.api.drf_settings import api_settings
+from workflows_app.api.permissions import withhold_document
 
 
 class SwitchyardView:
@@ -45,3 +47,8 @@ class SwitchyardView:
     def get_exception_handler(self):
         """Switchyard's handler (every error ``{"error_code", "message"}``), not the host's."""
         return self.settings.EXCEPTION_HANDLER
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        """A write's answer shows what it wrote only to a user who may view it; another gets an
+        acknowledgement (``workflows_app.api.permissions.withhold_document``)."""
+        return super().finalize_response(request, withhold_document(request, response), *args, **kwargs)

@@ -6,18 +6,24 @@ Why not Swagger UI or Redoc: drf-spectacular serves them from a CDN unless the
 machine with no Internet access and without another dependency. So this page loads no asset
 at all — no script, its little CSS inline — and lists every path, with its operations, their
 parameters, request body, responses, and the schemas they refer to. It needs a logged-in user
-like every endpoint (a browser logs in at the admin; the page links there when it answers 401).
+like every endpoint: a browser that is not logged in (it asks for ``text/html``) is sent to the
+admin's login page, which brings it back here after (``?next=``); any other client gets the 401
+(a page that links to the login, or for a client that asks for JSON, the API's JSON error).
 """
 
 import re
 from pathlib import Path
 from urllib.parse import urlencode
 
+from django.http import HttpResponseRedirect
 from django.template import Context, Engine
 from django.urls import NoReverseMatch, reverse
+from django.utils.cache import patch_vary_headers
 from django.utils.html import escape
+from django.utils.http import parse_header_parameters
 from django.utils.safestring import mark_safe
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.exceptions import NotAcceptable, NotAuthenticated
 from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -43,19 +49,34 @@ class DocsHTMLRenderer(BaseRenderer):
         if response is not None and response.status_code >= 400:
             login = None
             if response.status_code == 401:
-                login = _login_url()
+                login = _login_url(context.get("request"))
             return _ENGINE.get_template("docs_error.html").render(Context({
                 "status": response.status_code, "error": data, "login": login}))
         return _ENGINE.get_template("docs.html").render(Context({
             **page(data), "schema_url": reverse("api:schema"), "prefix": mount_prefix(context.get("request"))}))
 
 
-def _login_url():
-    """The admin's login page, back to the docs after; None when the host project has no admin."""
+def _login_url(request=None):
+    """The admin's login page, back to the docs after (the page the request asked for); None when
+    the host project has no admin."""
     try:
-        return f"{reverse('admin:login')}?{urlencode({'next': reverse('api:docs')})}"
+        login = reverse("admin:login")
     except NoReverseMatch:
         return None
+    return f"{login}?{urlencode({'next': request.path if request is not None else reverse('api:docs')})}"
+
+
+def _asks_for_html(request) -> bool:
+    """Whether the client names ``text/html`` in its ``Accept`` header, as a browser does (not
+    only ``*/*``, as a command-line client does)."""
+    for item in request.META.get("HTTP_ACCEPT", "").split(","):
+        media_type, params = parse_header_parameters(item)
+        if media_type == "text/html":
+            try:
+                return float(params.get("q", 1)) > 0
+            except ValueError:
+                return False
+    return False
 
 
 class SchemaView(SwitchyardView, SpectacularAPIView):
@@ -90,13 +111,29 @@ class SchemaView(SwitchyardView, SpectacularAPIView):
 
 
 class DocsView(SwitchyardView, APIView):
-    """``GET /api/v1/docs``: the documentation page (see the module's docstring)."""
+    """``GET /api/v1/docs``: the documentation page (see the module's docstring). The page is
+    HTML only; a client that asks for JSON gets the API's JSON errors — a 401 without
+    credentials, a 406 ``not_acceptable`` with them (the schema as JSON is ``GET
+    schema?format=json``)."""
 
-    renderer_classes = [DocsHTMLRenderer]
+    renderer_classes = [DocsHTMLRenderer, JSONRenderer]
 
     @extend_schema(exclude=True)
     def get(self, request, *args, **kwargs):
+        if request.accepted_renderer.format != DocsHTMLRenderer.format:
+            raise NotAcceptable(f"the documentation page is HTML; the schema as JSON: "
+                                f"GET {mount_prefix(request)}schema?format=json")
         return Response(SchemaGenerator().get_schema(request=request, public=True))
+
+    def handle_exception(self, exc):
+        """A browser that is not logged in goes to the admin's login page, back here after."""
+        if isinstance(exc, NotAuthenticated) and _asks_for_html(self.request):
+            login = _login_url(self.request)
+            if login is not None:
+                response = HttpResponseRedirect(login)
+                patch_vary_headers(response, ["Accept"])
+                return response
+        return super().handle_exception(exc)
 
 
 def page(schema):
@@ -163,13 +200,19 @@ def _property(name, schema, required):
 
 def describe(schema):
     """A schema as ``{"text", "ref", "suffix"}``: a short type description, and the component it
-    refers to (a link), if any; a discriminated ``oneOf`` as ``"refs"``, a link to each variant."""
+    refers to (a link), if any; a discriminated ``oneOf``, or a choice between components, as
+    ``"refs"``, a link to each variant."""
     suffix = " or null" if schema.get("nullable") else ""
     if "$ref" in schema:
         return {"text": "", "ref": schema["$ref"].rsplit("/", 1)[-1], "suffix": suffix}
     if schema.get("discriminator"):  # the start's body: one variant per workflow
         return {"text": f"one of, by {schema['discriminator']['propertyName']}: ", "ref": None, "suffix": suffix,
                 "refs": [member["$ref"].rsplit("/", 1)[-1] for member in schema.get("oneOf", []) if "$ref" in member]}
+    for combinator in ("oneOf", "anyOf"):  # a write's answer: its document, or an Acknowledgement
+        members = schema.get(combinator) or []
+        if len(members) > 1 and all("$ref" in member for member in members):
+            return {"text": "one of: ", "ref": None, "suffix": suffix,
+                    "refs": [member["$ref"].rsplit("/", 1)[-1] for member in members]}
     for combinator in ("allOf", "oneOf", "anyOf"):
         if schema.get(combinator):
             inner = describe(schema[combinator][0])

@@ -4,17 +4,22 @@ Generation (``SchemaGenerator``, used by ``GET schema``, ``GET docs`` and ``mana
 --generator-class workflows_app.api.schema.SchemaGenerator``) documents the endpoints of this
 API only, not the host project's, under the prefix the host includes the API at, with
 drf-spectacular's settings as Switchyard needs them (``SPECTACULAR_SETTINGS`` below over
-drf-spectacular's defaults), whatever the host's ``SPECTACULAR_SETTINGS`` say.
+drf-spectacular's defaults), whatever the host's ``SPECTACULAR_SETTINGS`` say. It names only the
+workflows the requesting user may see, as ``GET workflows`` lists them: a workflow whose own
+permission the user lacks, and its parameters, are not in the schema (nor the docs page) it
+receives (:func:`documented_workflows`).
 
 Annotations: the error responses and the parameters the views share, the preprocessing hook
-that names paths without their trailing slash, the schema of ``workflow_id``, and the
+that names paths without their trailing slash, the schema of ``workflow_id``, the
 postprocessing hook that documents the start's body per workflow, with the schema of its
-parameters (:func:`start_request_per_workflow`). Every status
+parameters (:func:`start_request_per_workflow`), and the one that documents what a write
+answers a user who may not view (:func:`acknowledgement_of_writes`). Every status
 an operation can answer is documented, with the one error shape, so that a client (or a
 fuzzer) can trust the schema. The views annotate their methods with ``extend_schema`` from
 here, not drf-spectacular's (see its docstring).
 """
 
+import contextvars
 import inspect
 import re
 import threading
@@ -31,6 +36,7 @@ from drf_spectacular.utils import extend_schema as spectacular_extend_schema
 from workflows_app.api.base import SwitchyardView
 from workflows_app.api.drf_settings import api_settings
 from workflows_app.api.filters import EXECUTION_ORDERING, ORDERING_HELP
+from workflows_app import permissions
 from workflows_app.api.serializers import ErrorSerializer
 from workflows_app.registry import workflows
 
@@ -49,7 +55,8 @@ SPECTACULAR_SETTINGS = {
     "PREPROCESSING_HOOKS": ["workflows_app.api.schema.paths_without_trailing_slash"],
     # The start's body, one variant per registered workflow, with the schema of its parameters.
     "POSTPROCESSING_HOOKS": [*SPECTACULAR_DEFAULTS["POSTPROCESSING_HOOKS"],
-                             "workflows_app.api.schema.start_request_per_workflow"],
+                             "workflows_app.api.schema.start_request_per_workflow",
+                             "workflows_app.api.schema.acknowledgement_of_writes"],
     "ENUM_NAME_OVERRIDES": {
         "ExecutionStatusEnum": "workflows_app.states.ExecutionStatus",
         "OperationStateEnum": "workflows_app.states.OperationState",
@@ -117,16 +124,35 @@ def switchyard_spectacular_settings(request=None):
                 _clear_caches()
 
 
+#: Whom the schema being generated is for: the user of its request, None without one (the
+#: server's own access: ``manage.py spectacular``).
+_reader = contextvars.ContextVar("switchyard_schema_reader", default=None)
+
+
+def documented_workflows() -> dict:
+    """The registered workflows the schema being generated names, by name: those its reader may
+    see, as ``GET workflows`` lists them (not those whose own permission it lacks:
+    ``workflows_app.permissions.hidden_workflows``); every one for the server's own access."""
+    hidden = set(permissions.hidden_workflows(_reader.get()))
+    return {name: definition for name, definition in workflows().items() if name not in hidden}
+
+
 class SchemaGenerator(generators.SchemaGenerator):
     """Switchyard's schema: the endpoints of its API (the views derived from ``SwitchyardView``
-    under its prefix) and nothing else of the host project, with Switchyard's settings."""
+    under its prefix) and nothing else of the host project, with Switchyard's settings. It names
+    the workflows the request's user may see (:func:`documented_workflows`), every one without
+    a request."""
 
     _prefix = "/"
 
     def get_schema(self, request=None, public=False):
-        with switchyard_spectacular_settings(request):
-            self._prefix = mount_prefix(request)
-            return super().get_schema(request=request, public=public)
+        reader = _reader.set(getattr(request, "user", None) if request is not None else None)
+        try:
+            with switchyard_spectacular_settings(request):
+                self._prefix = mount_prefix(request)
+                return super().get_schema(request=request, public=public)
+        finally:
+            _reader.reset(reader)
 
     def _initialise_endpoints(self):
         if self.endpoints is None:
@@ -155,8 +181,9 @@ def extend_schema(**kwargs):
     return decorator
 
 _ERRORS = {
-    400: "invalid input: `parse_error` (the body is not JSON), `invalid_parameters` (a wrong type, "
-         "a value out of range, a filter value that is none of its field's values)",
+    400: "invalid input: `parse_error` (the body is not JSON, or in a charset it cannot be read in), "
+         "`invalid_parameters` (a wrong type, a value out of range, a filter value that is none of its "
+         "field's values)",
     401: "no credentials (`not_authenticated`) or bad ones (`authentication_failed`)",
     403: "`permission_denied`: a missing permission, or a session request without its CSRF token",
     404: "`not_found`: no such execution (an id that is not a UUID too)",
@@ -202,13 +229,13 @@ def paths_without_trailing_slash(endpoints):
 
 class WorkflowIdFieldExtension(OpenApiSerializerFieldExtension):
     """``workflow_id`` of a start: one of the workflows registered in the process that generates
-    the schema (``GET /workflows`` lists them too)."""
+    the schema that its reader may see (``GET /workflows`` lists them too)."""
 
     target_class = "workflows_app.api.serializers.WorkflowIdField"
 
     def map_serializer_field(self, auto_schema, direction):
         schema = {"type": "string", "description": f"a registered workflow (GET {mount_prefix()}workflows)"}
-        names = sorted(workflows())
+        names = sorted(documented_workflows())
         if names:  # an enum cannot be empty
             schema["enum"] = names
         return schema
@@ -222,8 +249,9 @@ START_OPERATION = "executions_create"
 
 def start_request_per_workflow(result, generator, request, public):
     """drf-spectacular postprocessing hook: the body of ``POST executions`` is one of a variant
-    per registered workflow, told apart by ``workflow_id`` (an OpenAPI discriminator, which client
-    generators turn into one type per workflow):
+    per registered workflow the reader may see (:func:`documented_workflows`), told apart by
+    ``workflow_id`` (an OpenAPI discriminator, which client generators turn into one type per
+    workflow):
 
     * ``StartParameters_<workflow>``: the JSON Schema of its parameters (``GET workflows``
       gives it as ``schema``), written as OpenAPI 3.0 (:func:`openapi_schema`);
@@ -231,9 +259,9 @@ def start_request_per_workflow(result, generator, request, public):
       workflow's name and ``parameters`` of that schema (required when the workflow has a
       required parameter).
 
-    Without a registered workflow the body stays ``StartExecutionRequest``."""
+    Without such a workflow the body stays ``StartExecutionRequest``."""
     schemas = result.get("components", {}).get("schemas", {})
-    names = sorted(workflows().items())
+    names = sorted(documented_workflows().items())
     if START_REQUEST not in schemas or not names:
         return result
     mapping = {}
@@ -258,6 +286,46 @@ def start_request_per_workflow(result, generator, request, public):
                 operation["requestBody"]["content"]["application/json"]["schema"] = {
                     "oneOf": [{"$ref": ref} for ref in mapping.values()],
                     "discriminator": {"propertyName": "workflow_id", "mapping": mapping}}
+    return result
+
+
+#: The component of what a write answers a user who may not view what it wrote
+#: (``workflows_app.api.permissions.acknowledgement``).
+ACKNOWLEDGEMENT = "Acknowledgement"
+_WRITES = ("post", "put", "patch", "delete")
+
+
+def acknowledgement_of_writes(result, generator, request, public):
+    """drf-spectacular postprocessing hook: every write's success (2xx) with a body answers either
+    its document or, to a user who may not view it (``workflows_app.api.permissions.
+    withhold_document``), an ``Acknowledgement``."""
+    paths = result.get("paths", {})
+    writes = {id(response): response for item in paths.values() for method, operation in item.items()
+              if method in _WRITES and isinstance(operation, dict)
+              for code, response in operation.get("responses", {}).items()
+              if str(code).startswith("2") and "application/json" in response.get("content", {})}
+    if not writes:
+        return result
+    result.setdefault("components", {}).setdefault("schemas", {})[ACKNOWLEDGEMENT] = {
+        "type": "object",
+        "description": "What a write answers a user who may act but not view (the permission "
+                       "`workflows_app.view_execution`, and the workflow's own if it was registered with one): "
+                       "it was done; the document it wrote is not shown.",
+        "properties": {
+            "id": {"type": "string", "nullable": True,
+                   "description": "the id of the execution, schedule or event it acted on or created"},
+            "message": {"type": "string", "description": "done, and the permission the document needs"},
+        },
+        "required": ["id", "message"],
+    }
+    acknowledged = {"$ref": f"#/components/schemas/{ACKNOWLEDGEMENT}"}
+    for response in writes.values():
+        content = response["content"]["application/json"]
+        if acknowledged in content["schema"].get("anyOf", ()):
+            continue  # a response drf-spectacular shares between operations
+        content["schema"] = {"anyOf": [content["schema"], acknowledged]}
+        described = (response.get("description") or "").rstrip()
+        response["description"] = f"{described}\n\n`{ACKNOWLEDGEMENT}` instead for a user who may not view it.".lstrip()
     return result
 
 

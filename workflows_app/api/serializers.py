@@ -150,7 +150,8 @@ class ExecutionDetailSerializer(ExecutionSerializer):
 
 
 def execution_detail(execution, operations_summary=None) -> dict:
-    """The execution as ``GET /executions/{id}`` and every action answer it, with its count per
+    """The execution as ``GET /executions/{id}`` and every action answer it (to a user who may view
+    it: ``workflows_app.api.permissions.withhold_document``), with its count per
     state and its warnings: what the API and the commands' ``--json`` print. ``operations_summary``:
     the counts when the caller knows them (:data:`NO_OPERATIONS` for an execution it has just
     created), else they are counted (one query). The warnings are looked for (two queries) only

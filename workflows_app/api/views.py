@@ -8,8 +8,11 @@ one for the operations' dependencies (prefetched) and one to check the execution
 
 Who may do what (``workflows_app.permissions``): every read needs ``view``
 (``workflows_app.api.permissions``), and shows only what the user may view — an execution of a
-workflow whose own permission the user lacks is not found, nor listed, nor are its events; the
-writes pass the user to their service, which refuses (403) what it may not do.
+workflow whose own permission the user lacks is not found, nor listed, nor are its events (nor
+can it be rerun: ``rerun_of`` naming it is answered as naming none); the writes pass the user to
+their service, which refuses (403) what it may not do. A write answers the document it wrote
+only to a user who may view it, an acknowledgement to another
+(``workflows_app.api.permissions.withhold_document``).
 """
 
 import json
@@ -122,7 +125,8 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
                     "of its workflow, whose other steps that succeeded keep their stored results and do not run "
                     "again (`succeeded`, attempt 0), but `from_step` and every step that followed from it. "
                     "`parameters` and the other options default to the original's. Also needs "
-                    "`workflows_app.view_execution` on the original. `GET /executions?rerun_of=ID` lists the "
+                    "`workflows_app.view_execution` on the original: an original of a workflow hidden from the "
+                    "user is answered as one that does not exist. `GET /executions?rerun_of=ID` lists the "
                     "reruns of an execution.",
         request=StartExecutionSerializer,
         responses={201: ExecutionDetailSerializer, **error_responses(
@@ -134,7 +138,8 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
                  "the message names each, e.g. `parameter 'n': expected integer, got string \"three\"`); "
                  "`unknown_workflow`; `existing_running_execution` (the deployment has an active execution: ask "
                  "with queue or force); with `rerun_of`, `invalid_parameters` also for a `rerun_of` that names no "
-                 "execution, a `from_step` it does not have, or a `workflow_id` that is not its workflow")},
+                 "execution (or one of a workflow hidden from the user), a `from_step` it does not have, or a "
+                 "`workflow_id` that is not its workflow")},
     )
     def post(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
@@ -145,6 +150,7 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
                    "dry_run": data["dry_run"], "queue": data["queue"], "force": data["force"], "user": request.user}
         try:
             if data.get("rerun_of") is not None:
+                _find_original(request.user, data["rerun_of"])
                 execution = services.rerun(data["rerun_of"], data["from_step"], data.get("parameters"),
                                            workflow_id=data.get("workflow_id"), **options)
             else:
@@ -304,6 +310,16 @@ class NotFoundView(SwitchyardView, APIView):
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         raise NotFound(f"no endpoint {request.path[:200]}")
+
+
+def _find_original(user, execution_id):
+    """The execution a rerun names must be one ``user`` may view: without ``view_execution`` a 403
+    that names the permission, not the execution; one of a workflow hidden from the user is
+    answered as one that does not exist (as every other door answers it: not found), without
+    saying it exists."""
+    permissions.check(user, "view")
+    if not permissions.visible(user, Execution.objects.filter(pk=execution_id)).exists():
+        raise errors.InvalidParameters(f"rerun_of: no execution {execution_id}")
 
 
 def _json_safe(value):
