@@ -10,25 +10,31 @@ sees their rows). ``--wait`` against a real manager and agent: ``tests/integrati
 
 import io
 import json
+import re
 import subprocess
 import sys
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from kombu import Exchange, Queue
 from rest_framework.test import APIClient
 
 from switchyard.celery import app
 from tests.api.conftest import OPERATOR, make_user
 from tests.integration.harness import ROOT, child_environment
+from workflows_app import retention
 from workflows_app.errors import InvalidTransition
 from workflows_app.management import cli
-from workflows_app.models import Event, Execution
+from workflows_app.models import Event, Execution, Operation
 from workflows_app.states import ExecutionStatus, OperationState
 from workflows_app.transitions import record_event
 
@@ -199,6 +205,91 @@ def test_follow_shows_each_warning_once_on_a_line_of_its_own_above_the_bar(make_
     after = shown.split("warning:")[1].split("\n", 1)[1]
     assert after.lstrip("\r").startswith("started: 1 of 2 operations done |"), "the bar drawn again below it"
     assert shown.endswith("\n")
+
+
+class Stderr(io.StringIO):
+    """What a command's stderr is: a terminal (``tty``), or a CI log, a file, a pipe."""
+
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+#: One drawing of the progress: its status, operations done, and of how many.
+DRAWING = re.compile(r"^([a-z_]+): (\d+) of (\d+) operations done \|")
+
+
+@pytest.fixture
+def moving(monkeypatch):
+    """``start_execution demo --wait``, its execution moved on between two looks of the wait (what
+    a manager and an agent would do): started with one operation pending, which succeeds, a look
+    with no change, then completed. What the command wrote on stdout and on ``stderr``."""
+    def moves():
+        execution = Execution.objects.get()
+        Execution.objects.filter(pk=execution.pk).update(status=ExecutionStatus.STARTED)
+        yield
+        Operation.objects.create(execution=execution, name="a", operation="noop", agent="management")
+        yield
+        Operation.objects.filter(name="a").update(state=OperationState.SUCCEEDED)
+        yield
+        yield  # nothing changed
+        Execution.objects.filter(pk=execution.pk).update(status=ExecutionStatus.COMPLETED)
+        yield
+
+    steps = moves()
+    monkeypatch.setattr(cli, "time", SimpleNamespace(monotonic=time.monotonic, sleep=lambda seconds: next(steps)))
+
+    def run(stderr):
+        out = io.StringIO()
+        call_command("start_execution", "demo", "--wait", stdout=out, stderr=stderr)
+        return out.getvalue(), stderr.getvalue()
+
+    return run
+
+
+def test_a_wait_whose_stderr_is_not_a_terminal_writes_a_line_per_change(db, moving):
+    """A CI log gets each drawing once, on a line of its own, and no carriage return."""
+    out, err = moving(Stderr(tty=False))
+    assert "\r" not in err and err.endswith("\n")
+    drawn = [DRAWING.match(line).groups() for line in err.splitlines()]
+    assert drawn == [("pending", "0", "0"), ("started", "0", "0"), ("started", "0", "1"), ("started", "1", "1"),
+                     ("completed", "1", "1")], err
+    assert out.splitlines()[-1] == "completed: 1 of 1 operations done (succeeded=1)"
+
+
+def test_a_wait_on_a_terminal_redraws_its_bar_in_place(db, moving):
+    out, err = moving(Stderr(tty=True))
+    assert err.count("\n") == 1 and err.endswith("\n"), "one line, redrawn after carriage returns"
+    drawn = [DRAWING.match(drawing).groups() for drawing in err.strip("\n").split("\r") if drawing.strip()]
+    assert drawn[0] == ("pending", "0", "0") and drawn[-1] == ("completed", "1", "1")
+    assert ("started", "1", "1") in drawn
+    assert len(drawn) > 5, "drawn at every look, so that its clock runs"
+
+
+def test_a_warning_in_a_log_is_a_line_of_its_own(make_execution, make_operation):
+    execution = make_execution(status=ExecutionStatus.STARTED, token_hash="s" * 64)
+    make_operation(OperationState.SENT, execution, name="second", agent="nowhere")
+    stderr = Stderr(tty=False)
+    with pytest.raises(CommandError, match="is still started after"):
+        call_command("resume_execution", str(execution.pk), "--wait", "--timeout", "0.2", stdout=io.StringIO(),
+                     stderr=stderr)
+    lines = stderr.getvalue().splitlines()
+    assert "\r" not in stderr.getvalue()
+    assert lines.count("warning: step 'second' waits for agent 'nowhere', which has never been seen") == 1, lines
+    assert all(DRAWING.match(line) for line in lines if not line.startswith("warning: ")), lines
+
+
+def test_a_purge_in_a_log_writes_its_progress_in_lines(make_execution, monkeypatch):
+    for _ in range(3):
+        make_execution(status=ExecutionStatus.COMPLETED, ended_at=timezone.now() - timedelta(days=40))
+    monkeypatch.setattr(retention, "BATCH_SIZE", 1)  # a purge of several batches shows its progress
+    stderr = Stderr(tty=False)
+    call_command("purge_executions", "--older-than", "30", stdout=io.StringIO(), stderr=stderr)
+    assert "\r" not in stderr.getvalue() and stderr.getvalue().endswith("\n")
+    assert stderr.getvalue().splitlines()[-1].startswith("purge: 3 of 3 executions looked at |")
 
 
 def a_command():
@@ -416,7 +507,7 @@ REFUSED = [
     (["resume_execution", "{started}", "--force"], "CommandError: cannot force-resume execution {started}"),
     (["resume_execution", "{unknown}", "--wait"], "CommandError: no execution '{unknown}'"),
     (["list_executions", "--status", "done"], "CommandError: --status must be one of pending, queued"),
-    (["list_executions", "--limit", "0"], "CommandError: --limit must be at least 1, not 0"),
+    (["list_executions", "--limit", "0"], "CommandError: --limit must be from 1 to 10000, not 0"),
     (["list_executions", "--limit", "many"], "argument --limit: invalid int value: 'many'"),
     (["tail_events", "not-a-uuid"], "CommandError: no execution 'not-a-uuid': an execution id is hex digits"),
     (["tail_events", "{unknown}", "--follow"], "CommandError: no execution '{unknown}'"),

@@ -34,8 +34,13 @@ def build(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
     parameters = {} if parameters is None else parameters
     definition.check_parameters(parameters)
     values.check(parameters, "parameters")
-    if deployment_id is not None and values.string_problem(str(deployment_id)):
-        raise ValueRefused("deployment_id", values.string_problem(str(deployment_id)))
+    if deployment_id is not None:
+        problem = values.string_problem(str(deployment_id))
+        longest = Execution._meta.get_field("deployment_id").max_length
+        if problem is None and len(str(deployment_id)) > longest:
+            problem = f"at most {longest} characters, not {len(str(deployment_id))}"
+        if problem is not None:
+            raise ValueRefused("deployment_id", problem)
     failure_mode = failure_mode or definition.failure_mode or workflows_settings.FAILURE_MODE
     if failure_mode not in FailureMode.values:
         raise ParameterError(f"failure_mode must be one of {FailureMode.values}, not {failure_mode!r}")

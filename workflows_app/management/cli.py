@@ -181,7 +181,7 @@ def wait_and_report(command, pk, as_json, timeout=None):
 
     Past ``timeout`` s it prints the execution as it is then, and fails; Ctrl-C fails at once,
     printing nothing more on stdout. Either way only the wait stops: the execution goes on."""
-    status = follow(pk, raw_stream(command.stderr), timeout)
+    status = follow(pk, progress_stream(command.stderr), timeout)
     document = execution_document(pk)
     command.stdout.write(render(document) if as_json else final_line(document))
     if status not in EXECUTION_TERMINAL:
@@ -287,3 +287,51 @@ def raw_stream(wrapper):
     """The stream under Django's OutputWrapper, which ends every write with a newline — tqdm
     redraws its line with carriage returns."""
     return getattr(wrapper, "_out", wrapper)
+
+
+def progress_stream(wrapper):
+    """Where a command draws its progress: the stream under ``wrapper`` (its stderr) on a
+    terminal, where tqdm redraws its line in place; elsewhere (a file, a pipe, a CI log, where every
+    redraw would pile up on one line full of carriage returns) that stream as :class:`LogLines`."""
+    stream = raw_stream(wrapper)
+    return stream if hasattr(stream, "isatty") and stream.isatty() else LogLines(stream)
+
+
+#: Where one drawing ends and the next begins: tqdm starts each with a carriage return.
+LINE_END = re.compile(r"[\r\n]")
+
+
+class LogLines:
+    """A stream that is not a terminal, as tqdm draws on it: each drawing becomes one line, its
+    padding cut, never the same line twice in a row and no carriage return. A drawing is done
+    when tqdm flushes it (after each) or starts another; a line of text (a warning) when it ends."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.pending = ""
+        self.last = None
+
+    @property
+    def encoding(self):
+        """The stream's, which tqdm reads to choose its bar's characters."""
+        return getattr(self.stream, "encoding", None)
+
+    def isatty(self):
+        return False
+
+    def write(self, text):
+        *done, self.pending = LINE_END.split(self.pending + text)
+        for line in done:
+            self._line(line)
+
+    def flush(self):
+        self._line(self.pending)
+        self.pending = ""
+        self.stream.flush()
+
+    def _line(self, text):
+        text = text.rstrip()
+        if text and text != self.last:
+            self.stream.write(text + "\n")
+            self.last = text
+

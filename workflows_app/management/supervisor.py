@@ -34,8 +34,11 @@ LEVEL = re.compile(r"^(?:\[\d{4}-\d\d-\d\d [\d:,.]+: (?P<celery>[A-Z]+)/|\d{4}-\
 #: any other non-blank line after a record shown on the terminal (a traceback) belongs to it.
 RECORD_START = re.compile(r"^\[?\d")
 #: Warnings that say nothing is wrong: Flower asks the workers about themselves as it starts,
-#: before they answer, and asks again when a page needs it.
-IGNORED = (re.compile(r"flower\.inspector Inspect method \w+ failed"),)
+#: before they answer, and asks again when a page needs it; a browser asks the web server for the
+#: site's icon, which no page serves, and meets a page that needs a login before it logged in
+#: (Django logs each answer of 400 and more as a warning of ``django.request``).
+IGNORED = (re.compile(r"flower\.inspector Inspect method \w+ failed"),
+           re.compile(r" WARNING django\.request (Not Found: /favicon\.ico$|Unauthorized: |Forbidden: )"))
 #: At most this many lines of one record (its traceback) are shown; the log file has the rest.
 MAX_RECORD_LINES = 30
 #: How much of a dead child's log is shown.

@@ -1,9 +1,8 @@
 """``manage.py list_schedules [--workflow W] [--paused | --active] [--limit N] [--json]``"""
 
-from django.core.management.base import CommandError
-
 from workflows_app import schedules
 from workflows_app.management.cli import ExecutionCommand
+from workflows_app.management.commands.list_executions import MAX_LIMIT, check_limit
 from workflows_app.management.schedules import moment, print_schedules, timing
 
 #: The columns of the table, with their widths.
@@ -23,13 +22,13 @@ class Command(ExecutionCommand):
                            help="only the paused schedules")
         state.add_argument("--active", dest="paused", action="store_const", const=False,
                            help="only the schedules that are not paused")
-        parser.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+        parser.add_argument("--limit", type=int, default=100,
+                            help=f"at most this many (default 100, at most {MAX_LIMIT})")
         parser.add_argument("--json", dest="as_json", action="store_true",
                             help="print a JSON array of schedules, as the API")
 
     def handle(self, *args, workflow, paused, limit, as_json, **options):
-        if limit < 1:
-            raise CommandError(f"--limit must be at least 1, not {limit}")
+        limit = check_limit(limit)
         found = schedules.visible(None).defer("parameters").order_by("-created_at", "id")  # the API's order
         if workflow is not None:
             found = found.filter(workflow_id=workflow)

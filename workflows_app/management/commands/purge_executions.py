@@ -1,13 +1,14 @@
 """``manage.py purge_executions --older-than DAYS [--status S ...] [--dry-run] [--json]``"""
 
 import math
+from datetime import datetime
 
 from django.core.management.base import CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
 from workflows_app import retention
-from workflows_app.management.cli import ExecutionCommand, raw_stream, render
+from workflows_app.management.cli import ExecutionCommand, progress_stream, quoted, render
 from workflows_app.states import EXECUTION_TERMINAL
 
 #: The progress line: ``purge: 12000 of 100000 executions looked at |###   | [00:04, deleted 11980]``.
@@ -22,7 +23,8 @@ class Command(ExecutionCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--older-than", required=True, metavar="DAYS",
-                            help="ended more than this many days ago (a number >= 0; 0.5 is twelve hours)")
+                            help="ended more than this many days ago (a number >= 0, no further back than the year 1; "
+                                 "0.5 is twelve hours)")
         parser.add_argument("--status", nargs="+", action="extend", default=[], metavar="S",
                             help=f"only these statuses (default: every ended one: {', '.join(sorted(EXECUTION_TERMINAL))})")
         parser.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
@@ -30,14 +32,14 @@ class Command(ExecutionCommand):
                             help="print the counts as one JSON object: executions, operations, events, kept, dry_run")
 
     def handle(self, *args, older_than, status, dry_run, as_json, **options):
-        days = parse_days(older_than)
+        now = timezone.now()
+        days = parse_days(older_than, now)
         try:
             statuses = retention.terminal_statuses(status)
         except ValueError as exc:
             raise CommandError(f"--status: {exc}") from None
-        now = timezone.now()
         cutoff = retention.cutoff(days, now)
-        bar = Bar(raw_stream(self.stderr), "dry run" if dry_run else "purge")
+        bar = Bar(progress_stream(self.stderr), "dry run" if dry_run else "purge")
         try:
             counts = retention.purge(days, statuses, dry_run=dry_run, now=now, progress=bar.show)
         finally:
@@ -52,13 +54,20 @@ class Command(ExecutionCommand):
                           f"events (ended before {cutoff:%Y-%m-%d %H:%M:%S %Z}){kept}")
 
 
-def parse_days(text) -> float:
+def parse_days(text, now) -> float:
+    """``--older-than``: a number of days >= 0 that does not go back before the year 1 from
+    ``now`` (no date is earlier); else a one-line CommandError."""
     try:
         days = float(text)
     except ValueError:
         days = None
     if days is None or not math.isfinite(days) or days < 0:
-        raise CommandError(f"--older-than takes a number of days >= 0, not {text!r}")
+        raise CommandError(f"--older-than takes a number of days >= 0, not {quoted(text)}")
+    try:
+        retention.cutoff(days, now)
+    except OverflowError:
+        most = (now - datetime.min.replace(tzinfo=now.tzinfo)).days
+        raise CommandError(f"--older-than takes at most {most} days (back to the year 1), not {quoted(text)}") from None
     return days
 
 

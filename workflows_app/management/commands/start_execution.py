@@ -30,6 +30,10 @@ def parse_param(text, schema=None):
     return key.strip(), value
 
 
+#: The longest deployment id (the column's: the start refuses a longer one, at every door).
+DEPLOYMENT_CHARS = Execution._meta.get_field("deployment_id").max_length
+
+
 class Command(ExecutionCommand):
     help = ("Start an execution of a registered workflow and print its id (with --json: the execution, as "
             "POST /api/v1/executions answers). --wait follows it to its end, its progress on stderr, and "
@@ -46,7 +50,9 @@ class Command(ExecutionCommand):
         parser.add_argument("--param", action="append", default=[], metavar="K=V",
                             help="a workflow parameter; V is read as JSON when it is JSON, else as a string "
                                  "(always as the string for a parameter annotated str)")
-        parser.add_argument("--deployment", default=None)
+        parser.add_argument("--deployment", default=None,
+                            help=f"its deployment_id (at most {DEPLOYMENT_CHARS} characters): one active execution "
+                                 "per deployment, unless --queue or --force")
         parser.add_argument("--queue", action="store_true",
                             help="if the deployment has an active execution, start once it ended (queued)")
         parser.add_argument("--force", action="store_true",
