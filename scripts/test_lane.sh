@@ -5,11 +5,13 @@
 # Installs the requirements file alone into a virtualenv of the lane's own, var/venv-<name>
 # (made again from scratch whenever the file or the Python changes), then runs on the embedded
 # defaults (SQLite + embedded Redis, whatever DATABASE_URL / CELERY_BROKER_URL say) the unit
-# suite (every test marked neither integration nor slow) and one end-to-end test: a workflow
-# through a real manager and two real agents, in each failure mode. Left out: the slow tests (the
-# purge of 100,000 executions: scale, not versions) and what needs a tool the lanes do not
-# install and tests none of the dependencies' versions (docker compose, the browser, the API's
-# fuzzing, the documentation's build). PYTEST_ARGS are added to both runs.
+# suite (every test marked neither integration nor slow), one end-to-end test — a workflow
+# through a real manager and two real agents, in each failure mode — and Switchyard's own admin
+# pages in a real browser (Django's admin styles them differently from one version to the next).
+# Left out: the slow tests (the purge of 100,000 executions: scale, not versions) and what needs a
+# tool the lanes do not install and tests none of the dependencies' versions (docker compose, the
+# other browser tests, the API's fuzzing, the documentation's build). PYTEST_ARGS are added to
+# both runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 2 ] || { echo "usage: $0 <python> <requirements file>" >&2; exit 2; }
@@ -48,5 +50,5 @@ run() {
 }
 run -m "not integration and not slow" --deselect tests/project/test_docker.py --ignore tests/project/test_docs.py \
   --ignore-glob 'tests/integration/test_browser*.py' --ignore tests/integration/test_api_fuzz.py
-run tests/integration/test_engine.py::test_cromwell_worked_example
+run tests/integration/test_engine.py::test_cromwell_worked_example tests/integration/test_browser_admin_pages.py
 echo "test_lane: $name passed in $((SECONDS - started)) s"

@@ -366,6 +366,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": f"{execution.workflow_id} · {execution.pk}",
+            "crumb": f"{execution.workflow_id} {str(execution.pk)[:8]}",
             "execution": execution,
             "status_badge": display.badge(execution.status),
             "resumed_at": resumed_at,

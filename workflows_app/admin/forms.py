@@ -100,10 +100,10 @@ def parameter_field(name, schema, required) -> forms.Field:
 
 class StartExecutionForm(forms.Form):
     workflow = forms.ChoiceField(help_text="a registered workflow")
-    parameters = CheckedJSONField(label="parameters",
+    parameters = CheckedJSONField(label="Parameters",
         initial=dict, required=False, widget=forms.Textarea(attrs={"rows": 6, "cols": 60, "class": "vLargeTextField"}),
         help_text='a JSON object, e.g. {"vm_count": 3}; the workflows below list theirs')
-    deployment_id = forms.CharField(required=False, max_length=200,
+    deployment_id = forms.CharField(required=False, max_length=200, label="Deployment",
                                     help_text="optional: one active execution per deployment")
     if_busy = forms.ChoiceField(choices=IF_BUSY, initial="refuse", label="If the deployment is busy")
     failure_mode = forms.ChoiceField(choices=[("", "the workflow's own")] + FailureMode.choices, required=False)

@@ -42,7 +42,7 @@ ACTION_HELP = {
 class ScheduleForm(forms.ModelForm):
     """A schedule's fields; what they hold together is checked by ``schedules.check``."""
 
-    parameters = CheckedJSONField(label="parameters", initial=dict, required=False,
+    parameters = CheckedJSONField(label="Parameters", initial=dict, required=False,
                                   widget=forms.Textarea(attrs={"rows": 6, "cols": 60, "class": "vLargeTextField"}),
                                   help_text='a JSON object, e.g. {"n": 3}: the parameters of each execution')
     #: Who fills it in (``ScheduleAdmin.get_form`` sets it).
