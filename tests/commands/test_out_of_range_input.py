@@ -168,3 +168,13 @@ def test_a_long_file_name_is_cut_short(db):
     with pytest.raises(CommandError, match="^1 of 1 histories do not replay with today's code$"):
         call_command("replay_check", "h" * 1_000_000, stdout=out, stderr=io.StringIO())
     assert out.getvalue() == "h" * 300 + "…: cannot read it: File name too long\n"
+
+
+# --- --wait --timeout ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["start_execution", "demo"], ["resume_execution", "0000"]])
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1", "soon"])
+def test_a_wait_timeout_that_would_never_end_or_is_no_number_is_refused(db, command, timeout):
+    said, _ = refused(*command, "--wait", "--timeout", timeout)
+    assert said.startswith("Error: argument --timeout: a number of seconds"), said
+    assert not Execution.objects.exists()

@@ -8,6 +8,7 @@ with the REST API's own serializers and renderer, so ``--json`` gives a script b
 what ``GET /api/v1/...`` answers, and a field added to the API appears in the commands too.
 """
 
+import argparse
 import os
 import re
 import signal
@@ -82,6 +83,18 @@ class ExecutionCommand(BaseCommand):
             # exit does not fail again with a traceback; the status of a process killed by SIGPIPE.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(128 + signal.SIGPIPE)
+
+
+def wait_seconds(text) -> float:
+    """A ``--timeout`` of ``--wait``: a number of seconds above 0 (argparse's ``type``: anything else
+    is a one-line error). ``nan`` or ``inf`` would never time out."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, not {quoted(text)}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {quoted(text)}")
+    return seconds
 
 
 def parse_execution_id(text) -> uuid.UUID:

@@ -8,6 +8,7 @@ from workflows_app.management.cli import (
     parse_execution_id,
     print_execution,
     wait_and_report,
+    wait_seconds,
 )
 
 
@@ -22,7 +23,7 @@ class Command(ExecutionCommand):
                             help="force-resume: reset in-flight operations as well")
         parser.add_argument("--wait", action="store_true",
                             help="follow it to the end, its progress on stderr; exit 1 unless completed")
-        parser.add_argument("--timeout", type=float, default=None, help="with --wait: give up after this many seconds")
+        parser.add_argument("--timeout", type=wait_seconds, default=None, help="with --wait: give up after this many seconds")
         parser.add_argument("--json", dest="as_json", action="store_true",
                             help="print the execution as the REST API shows it (with --wait: once it ended)")
 

@@ -6,7 +6,14 @@ import json
 from django.core.management.base import CommandError
 
 from workflows_app import services, values
-from workflows_app.management.cli import ExecutionCommand, call, parse_execution_id, print_execution, wait_and_report
+from workflows_app.management.cli import (
+    ExecutionCommand,
+    call,
+    parse_execution_id,
+    print_execution,
+    wait_and_report,
+    wait_seconds,
+)
 from workflows_app.models import Execution
 from workflows_app.parameters import accepts_text_only
 from workflows_app.registry import get_workflow
@@ -61,7 +68,7 @@ class Command(ExecutionCommand):
         parser.add_argument("--dry-run", action="store_true")
         parser.add_argument("--wait", action="store_true",
                             help="follow it to the end, its progress on stderr; exit 1 unless completed")
-        parser.add_argument("--timeout", type=float, default=None, help="with --wait: give up after this many seconds")
+        parser.add_argument("--timeout", type=wait_seconds, default=None, help="with --wait: give up after this many seconds")
         parser.add_argument("--json", dest="as_json", action="store_true",
                             help="print the execution as the REST API shows it (with --wait: once it ended)")
 
