@@ -8,40 +8,19 @@ and a user who is not a superuser cannot give it slots closer than
 import datetime
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from tests.admin.test_admin import messages_of
-from tests.admin.test_schedules import ADD, FORM, act_url, buttons, page
-from tests.api.conftest import OPERATOR, make_user
-from workflows_app import clock, schedules
+from tests.admin.test_schedules import ADD, FORM, T0, act_url, at_t0, buttons, login, page  # noqa: F401 (fixtures)
+from tests.api.conftest import OPERATOR
+from workflows_app import schedules
 from workflows_app.models import Execution, Schedule
 
 pytestmark = pytest.mark.django_db
 
-T0 = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.timezone.utc)
 #: May view and change executions (and so schedules), not start them.
 CHANGER = ("view_execution", "change_execution")
 #: What the change form posts for the schedule below, as it is.
 AS_IT_IS = {**FORM, "cron": "0 3 * * *", "timezone": "Europe/Paris", "paused": "on"}
-
-
-@pytest.fixture(autouse=True)
-def at_t0():
-    with clock.using(lambda: T0):
-        yield
-
-
-@pytest.fixture
-def login(client):
-    def log_in(*codenames, superuser=False):
-        if superuser:
-            user = get_user_model().objects.create_superuser("super", "super@localhost", "pw")
-        else:
-            user = make_user("staff", codenames, is_staff=True)
-        client.force_login(user)
-        return client
-
-    return log_in
 
 
 @pytest.fixture

@@ -13,17 +13,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from tests.commands.test_replay_commands import refused
 from workflows_app.models import Execution
-
-
-def refused(*args) -> tuple[str, str]:
-    """The one line of the CommandError of ``call_command(*args)``, and what it printed on stdout."""
-    out = io.StringIO()
-    with pytest.raises(CommandError) as error:
-        call_command(*args, stdout=out, stderr=io.StringIO())
-    said = str(error.value)
-    assert "\n" not in said
-    return said, out.getvalue()
 
 
 # --- start_execution --deployment -----------------------------------------------------------------

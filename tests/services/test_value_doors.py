@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 from agents.runner import OperationContext
 from agents.worker import local
 from tests.workflows import UNSTORABLE_TEXT, bad_value
-from workflows_app import services, signing, values
+from workflows_app import services, values
 from workflows_app.engine import reports
 from workflows_app.errors import ValueRefused
 from workflows_app.models import Event, Execution, Operation
