@@ -24,16 +24,12 @@ import kombu
 
 from agents.worker import local
 from workflows_app import broker, wire
-from workflows_app.conf import workflows_settings
 from workflows_app.wire import keys
 
 logger = logging.getLogger(__name__)
 
 #: Tries of a publish while the broker does not answer (kombu reconnects between them).
 PUBLISH_RETRIES = 20
-#: How long a delivery waits for a manager to answer its claim, beyond the managers' own
-#: DATABASE_OUTAGE_TOLERANCE (a manager waits that long for its database before it gives up).
-CLAIM_MARGIN_SECONDS = 10.0
 #: The longest pause between two of them.
 PUBLISH_RETRY_MAX_SECONDS = 2.0
 #: A claim with no answer yet is sent again after this long, then after twice as long each time,
@@ -206,6 +202,5 @@ def claim(operation_id, attempt, timeout):
     return _link.claim(operation_id, attempt, timeout)
 
 
-def claim_seconds() -> float:
-    """How long a claim waits for its answer before its message goes back to the queue."""
-    return float(workflows_settings.DATABASE_OUTAGE_TOLERANCE) + CLAIM_MARGIN_SECONDS
+#: How long a claim waits for its answer before its message goes back to the queue.
+claim_seconds = wire.claim_seconds

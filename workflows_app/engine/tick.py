@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from django.db.models import Min
 
-from workflows_app import broker, clock, outages
+from workflows_app import broker, clock, outages, wire
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import (
     children,
@@ -199,6 +199,7 @@ def resend_stuck_messages(now):
     and a parent whose child's end did not wake it."""
     stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
     progress.publish(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
+    resend_held_by_dead_managers(now)
     unstarted = list(starts.stale_unstarted(stale).order_by().values_list("pk", flat=True))
     # One that only waits for an event or a timer is moved by the event's advance or the tick.
     after, upto = _next_batch()
@@ -232,6 +233,33 @@ def resend_stuck_messages(now):
                                             kind=StepKind.OPERATION).values_list("pk", "attempt"))
     if awaited:
         broker.broadcast_cancel(awaited)
+
+
+def resend_held_by_dead_managers(now):
+    """An operation of the management queue still ``sent`` a claim's whole timeout after it was
+    sent is sent again (same attempt: a duplicate is dropped by fencing), and its time of sending
+    moves on, so that it is sent at most once per timeout.
+
+    Why: on Redis a message a manager took is held unacknowledged until the broker's visibility
+    timeout (an hour) when that manager dies; a manager that starts sends again what was in flight,
+    but one that died for good (fewer managers now) or whose place was taken by no new one leaves
+    its messages held. Every manager consumes the management queue, so a message of it that waits
+    longer than a claim's timeout — the longest a delivery waits for a claim's answer before it goes
+    back to the queue — without a backlog in front of it was lost. An agent's queue has a single
+    consumer, its agent, whose next run gives back what its last one held."""
+    held_since = now - timedelta(seconds=wire.claim_seconds())
+    overdue = list(Operation.objects.filter(state=OperationState.SENT, agent=workflows_settings.MANAGEMENT_QUEUE,
+                                            sending_at__lte=held_since, execution__status=ExecutionStatus.STARTED))
+    if not overdue:
+        return 0
+    backlog = broker.waiting_messages(workflows_settings.MANAGEMENT_QUEUE)
+    if backlog is not None and backlog >= len(overdue):
+        return 0  # behind a backlog, not lost
+    Operation.objects.filter(pk__in=[op.pk for op in overdue], state=OperationState.SENT).update(sending_at=now)
+    logger.warning("%d operation(s) of the management queue sent again: still not started %ss after they were sent",
+                   len(overdue), wire.claim_seconds())
+    progress.publish(overdue)
+    return len(overdue)
 
 
 def _next_batch():

@@ -107,6 +107,16 @@ def reports_exchange() -> str:
     return f"{workflows_settings.MANAGEMENT_QUEUE}.reporting"
 
 
+#: How long a delivery waits for a manager to answer its claim, beyond the managers' own
+#: DATABASE_OUTAGE_TOLERANCE (a manager waits that long for its database before it gives up).
+CLAIM_MARGIN_SECONDS = 10.0
+
+
+def claim_seconds() -> float:
+    """How long a claim waits for its answer before its message goes back to the queue."""
+    return float(workflows_settings.DATABASE_OUTAGE_TOLERANCE) + CLAIM_MARGIN_SECONDS
+
+
 def reply_queue(agent, hostname, pid) -> str:
     """The queue a worker process of ``agent`` takes the answers to its claims from. It starts
     with the agent's name, so that a broker account of the agent's own may read it."""
