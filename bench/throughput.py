@@ -38,13 +38,13 @@ without one its column reads ``n/a``.
 import statistics
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
 from agents.worker.inbox import Inbox
-from bench import cpu
+from bench import cpu, messages
 from bench.workflows import (CELERY_CLAIMED_NOOP, CELERY_DURABLE_NOOP, CELERY_NOOP, CELERY_RECORDED_NOOP,
                              FLOOR_EVENTS_TABLE, FLOOR_TABLE, broker_floor_queue)
 from workflows_app import signing, wire
@@ -82,7 +82,7 @@ class Row:
     case: str
     switchyard: list
     celery: list
-    unit: str = "s"  # "s": seconds, lower is better; "/s": per second, higher is better; "ms": lower is better
+    unit: str = "s"  # "s": seconds, lower is better; "/s": per second, higher is better; "ms", "n" (messages): lower is better
     #: CPU samples of each side (``cpu.Meter``), when the row is a CPU row: its note breaks them down.
     cpu: dict = field(default_factory=dict)
     #: For a CPU row, the wall time per unit of work (ms) of each side, for how busy the cores were.
@@ -313,7 +313,16 @@ def _run(app, agent, rounds, sizes, processes, floor):
                                        note="Switchyard: the fan-out's, above")
             meters[f"{fl.key} cpu"] = {"celery": cpu.Meter(*(process.pid for process in processes))}
 
+    redis = messages.redis_client(app)
+    if redis is not None:
+        rows["fanout messages"] = Row(f"fan-out: messages through the broker per operation ({n} no-ops; pushed into "
+                                      "queues + published)", [], [], unit="n")
+        counters = {side: messages.Counter(redis) for side in ("switchyard", "celery")}
+
     def metered(key, side, count):
+        if key == "fanout cpu" and redis is not None:
+            return _both(meters[key][side].measure(count) if key in meters else nullcontext(),
+                         counters[side].measure(count))
         return meters[key][side].measure(count) if key in meters else nullcontext()
 
     client = _api_client()
@@ -395,6 +404,13 @@ def _run(app, agent, rounds, sizes, processes, floor):
                                     f"{CHAIN_FLOOR.short} {chain_ / floor_:.2f}")
         out.append(rows["chain floor"])
     out.append(rows["starts"])
+    if redis is not None:
+        row = rows["fanout messages"]
+        for side, counter in counters.items():
+            getattr(row, side).extend(sample["pushed"] + sample["published"] for sample in counter.samples)
+        row.note = "; ".join(f"{side.capitalize()}: {_messages(counter.samples)}" for side, counter in counters.items()
+                             if counter.samples)
+        out.append(row)
     if meters:
         rows["fanout cpu"].wall = {"switchyard": [v / n * 1000 for v in rows["fanout"].switchyard],
                                    "celery": [v / n * 1000 for v in rows["fanout"].celery]}
@@ -422,7 +438,7 @@ def _fmt(values, unit):
     if not values:
         return "n/a"
     median = statistics.median(values)
-    return f"{median:.1f}" if unit in ("/s", "ms") else f"{median:.3f}"
+    return f"{median:.1f}" if unit in ("/s", "ms") else f"{median:.2f}" if unit == "n" else f"{median:.3f}"
 
 
 def report(rows):
@@ -440,11 +456,24 @@ def report(rows):
             note = "; ".join(f"{side.capitalize()}: {_breakdown(row, side)}" for side in ("switchyard", "celery")
                              if row.cpu.get(side))
         note = "; ".join(part for part in (row.note, note) if part)
-        unit = {"s": "s", "/s": "starts/s", "ms": "ms"}[row.unit]
+        unit = {"s": "s", "/s": "starts/s", "ms": "ms", "n": "messages"}[row.unit]
         if row.unit == "/s":
             note = (note + " " if note else "") + "per second: higher is better"
         lines.append(f"| {row.case} ({unit}) | {sy} | {ce} | {ratio} | {note} |")
     return "\n".join(lines)
+
+
+def _messages(samples) -> str:
+    """The median messages pushed into queues and published, per operation."""
+    pushed = statistics.median(sample["pushed"] for sample in samples)
+    published = statistics.median(sample["published"] for sample in samples)
+    return f"{pushed:.2f} pushed into queues, {published:.2f} published (events, broadcasts, result notices)"
+
+
+@contextmanager
+def _both(first, second):
+    with first, second:
+        yield
 
 
 def _breakdown(row, side) -> str:
