@@ -53,6 +53,8 @@ test-newest:
 wheel: venv
 	rm -rf build/lib build/bdist.*
 	$(PY) -m build --wheel --outdir dist .
+	@# setuptools leaves the package's metadata here: pytest, run from here, would load its plugin twice
+	rm -rf build/lib build/bdist.* django_switchyard.egg-info
 
 check: venv
 	$(PY) manage.py check

@@ -30,9 +30,7 @@ server, who is attributed to no user), are not held to it.
 """
 
 import uuid
-from datetime import datetime, timedelta
 
-from croniter import CroniterBadDateError, croniter
 from django.db import transaction
 
 from workflows_app import clock, permissions, values
@@ -55,10 +53,6 @@ TIMING = ("cron", "interval", "timezone")
 #: What, when changed, changes what the schedule starts or when: it needs what starting needs (as
 #: unpausing does).
 STARTING = ("parameters", *TIMING)
-#: How far ahead :func:`check_spacing` looks for the daylight-saving changes of a time zone, and
-#: for two consecutive days a cron expression's day fields both match.
-DST_HORIZON = timedelta(days=366)
-CONSECUTIVE_DAYS_HORIZON = timedelta(days=4 * 366)
 #: How many of its latest slots a schedule's document shows.
 RECENT_SLOTS = 20
 
@@ -182,12 +176,8 @@ def min_interval(user) -> int:
 def check_spacing(*, cron="", interval=None, timezone="UTC", minimum=0) -> None:
     """Raise ``ParameterError`` naming the field and the minimum if two consecutive slots of this
     timing (checked already, as ``timetable.check`` does) can be less than ``minimum`` seconds
-    apart. An interval is its own spacing. A cron expression's slots are whole minutes, so every
-    one is at least 60 s apart; beyond 60 s, its slots are compared as the wall clock reads them,
-    whatever the day (the minute and hour fields name the times of every day it fires; the last
-    of a day and the first of the next when its day fields match two consecutive days within
-    the next four years), and as real instants around each daylight-saving change of its time
-    zone within the next year (a change moves some slots nearer each other)."""
+    apart. An interval is its own spacing; a cron expression's closest slots are
+    ``timetable.closest_slots``."""
     if not minimum:
         return
     if interval is not None:
@@ -195,80 +185,11 @@ def check_spacing(*, cron="", interval=None, timezone="UTC", minimum=0) -> None:
             raise ParameterError(f"interval must be at least {_seconds(minimum)} (the minimum interval between two "
                                  f"slots, WORKFLOWS['SCHEDULE_MIN_INTERVAL']), not {interval}")
         return
-    gap, where = _closest_cron_slots(cron, timezone, minimum)
+    gap, where = timetable.closest_slots(cron, timezone, minimum, clock.now())
     if gap is not None:
         raise ParameterError(f"cron: {_shown(cron)} has slots {_seconds(gap)} apart{where}; a schedule's slots must "
                              f"be at least {_seconds(minimum)} apart (the minimum interval, "
                              "WORKFLOWS['SCHEDULE_MIN_INTERVAL'])")
-
-
-def _closest_cron_slots(cron, timezone, minimum) -> tuple[int | None, str]:
-    """``(seconds, where)`` of two consecutive slots of the expression less than ``minimum``
-    seconds apart, ``where`` saying when if only on a daylight-saving change; ``(None, "")`` if
-    none is found (as :func:`check_spacing` looks)."""
-    if minimum <= 60:
-        return None, ""  # slots are whole minutes apart
-    text = cron.strip()
-    fields = timetable.NICKNAMES.get(text.lower(), text).split()
-    minutes, hours = croniter(" ".join(fields), datetime(2000, 1, 1)).expanded[:2]
-    minutes = range(60) if minutes == ["*"] else minutes
-    hours = range(24) if hours == ["*"] else hours
-    times = sorted({hour * 60 + minute for hour in hours for minute in minutes})  # minutes of a day
-    gaps = [(later - earlier) * 60 for earlier, later in zip(times, times[1:])]
-    if gaps and min(gaps) < minimum:
-        return min(gaps), ""
-    overnight = (24 * 60 - times[-1] + times[0]) * 60
-    if overnight < minimum and _consecutive_days(fields[2:]):
-        return overnight, ""
-    zone = timetable.zone(timezone)
-    now = clock.now()
-    for change in _offset_changes(zone, now, now + DST_HORIZON):
-        window = timedelta(seconds=minimum + 60)
-        previous = None
-        for slot in timetable.slots(cron=cron, timezone=timezone, after=change - window):
-            if slot > change + window:
-                break
-            if previous is not None and (slot - previous).total_seconds() < minimum:
-                return int((slot - previous).total_seconds()), (
-                    f" on {slot.astimezone(zone):%Y-%m-%d}, a daylight-saving change in {timezone}")
-            previous = slot
-    return None, ""
-
-
-def _consecutive_days(day_fields) -> bool:
-    """Whether the day fields (day of month, month, day of week) match two consecutive days
-    within :data:`CONSECUTIVE_DAYS_HORIZON` from now."""
-    start = clock.now().replace(tzinfo=None)
-    days = croniter(f"0 0 {' '.join(day_fields)}", start)
-    previous = None
-    while True:
-        try:
-            day = days.get_next(datetime)
-        except (ValueError, OverflowError, CroniterBadDateError):
-            return False
-        if day - start > CONSECUTIVE_DAYS_HORIZON:
-            return False
-        if previous is not None and day - previous == timedelta(days=1):
-            return True
-        previous = day
-
-
-def _offset_changes(zone, start, end):
-    """The instants (to the second) between ``start`` and ``end`` at which ``zone``'s offset
-    from UTC changes."""
-    moment = start
-    while moment < end:
-        following = moment + timedelta(days=1)
-        if moment.astimezone(zone).utcoffset() != following.astimezone(zone).utcoffset():
-            low, high = moment, following
-            while high - low > timedelta(seconds=1):
-                middle = low + (high - low) / 2
-                if middle.astimezone(zone).utcoffset() == low.astimezone(zone).utcoffset():
-                    low = middle
-                else:
-                    high = middle
-            yield high
-        moment = following
 
 
 def _seconds(seconds) -> str:

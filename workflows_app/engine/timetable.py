@@ -290,3 +290,83 @@ def _aware(moment, name):
 def _shown(value):
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --- how close two slots can be ------------------------------------------------------------------
+
+#: How far ahead :func:`closest_slots` looks for the daylight-saving changes of a time zone, and
+#: for two consecutive days a cron expression's day fields both match.
+DST_HORIZON = timedelta(days=366)
+CONSECUTIVE_DAYS_HORIZON = timedelta(days=4 * 366)
+
+
+def closest_slots(cron, timezone, minimum, now) -> tuple[int | None, str]:
+    """``(seconds, where)`` of two consecutive slots of the cron expression less than ``minimum``
+    seconds apart, ``where`` saying when if only on a daylight-saving change; ``(None, "")`` if
+    none is found. Its slots are compared as the wall clock reads them, whatever the day (the
+    minute and hour fields name the times of every day it fires; the last of a day and the first
+    of the next when its day fields match two consecutive days within CONSECUTIVE_DAYS_HORIZON of
+    ``now``), and as real instants around each daylight-saving change of its time zone within
+    DST_HORIZON of ``now`` (a change moves some slots nearer each other)."""
+    if minimum <= 60:
+        return None, ""  # slots are whole minutes apart
+    text = cron.strip()
+    fields = NICKNAMES.get(text.lower(), text).split()
+    minutes, hours = croniter(" ".join(fields), datetime(2000, 1, 1)).expanded[:2]
+    minutes = range(60) if minutes == ["*"] else minutes
+    hours = range(24) if hours == ["*"] else hours
+    times = sorted({hour * 60 + minute for hour in hours for minute in minutes})  # minutes of a day
+    gaps = [(later - earlier) * 60 for earlier, later in zip(times, times[1:])]
+    if gaps and min(gaps) < minimum:
+        return min(gaps), ""
+    overnight = (24 * 60 - times[-1] + times[0]) * 60
+    if overnight < minimum and _consecutive_days(fields[2:], now):
+        return overnight, ""
+    tz = zone(timezone)
+    for change in _offset_changes(tz, now, now + DST_HORIZON):
+        window = timedelta(seconds=minimum + 60)
+        previous = None
+        for slot in slots(cron=cron, timezone=timezone, after=change - window):
+            if slot > change + window:
+                break
+            if previous is not None and (slot - previous).total_seconds() < minimum:
+                return int((slot - previous).total_seconds()), (
+                    f" on {slot.astimezone(tz):%Y-%m-%d}, a daylight-saving change in {timezone}")
+            previous = slot
+    return None, ""
+
+
+def _consecutive_days(day_fields, now) -> bool:
+    """Whether the day fields (day of month, month, day of week) match two consecutive days
+    within CONSECUTIVE_DAYS_HORIZON of ``now``."""
+    start = now.replace(tzinfo=None)
+    days = croniter(f"0 0 {' '.join(day_fields)}", start)
+    previous = None
+    while True:
+        try:
+            day = days.get_next(datetime)
+        except (ValueError, OverflowError, CroniterBadDateError):
+            return False
+        if day - start > CONSECUTIVE_DAYS_HORIZON:
+            return False
+        if previous is not None and day - previous == timedelta(days=1):
+            return True
+        previous = day
+
+
+def _offset_changes(tz, start, end):
+    """The instants (to the second) between ``start`` and ``end`` at which ``tz``'s offset
+    from UTC changes."""
+    moment = start
+    while moment < end:
+        following = moment + timedelta(days=1)
+        if moment.astimezone(tz).utcoffset() != following.astimezone(tz).utcoffset():
+            low, high = moment, following
+            while high - low > timedelta(seconds=1):
+                middle = low + (high - low) / 2
+                if middle.astimezone(tz).utcoffset() == low.astimezone(tz).utcoffset():
+                    low = middle
+                else:
+                    high = middle
+            yield high
+        moment = following
