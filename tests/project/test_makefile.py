@@ -94,3 +94,11 @@ def test_make_wheel_builds_the_wheel_into_dist():
     words = shlex.split(build)
     assert "--wheel" in words
     assert words[words.index("--outdir") + 1] == "dist"
+
+
+def test_make_wheel_leaves_no_package_metadata_where_pytest_runs():
+    """setuptools writes ``django_switchyard.egg-info`` into the checkout; left there, pytest run
+    from the checkout loads Switchyard's plugin a second time and stops before any test."""
+    lines = dry_run("wheel")
+    build = next(i for i, line in enumerate(lines) if re.search(r"-m\s+build\b", line))
+    assert any("django_switchyard.egg-info" in shlex.split(line) for line in lines[build + 1:] if line.startswith("rm "))
