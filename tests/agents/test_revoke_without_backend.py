@@ -42,13 +42,19 @@ def test_a_revoke_where_no_result_backend_is_configured_is_not_warned_of(revokes
 
 
 def test_a_result_backend_that_fails_to_mark_it_is_still_warned_of(revokes):
+    asked = []
+
     class Failing:
         def get_state(self, task_id):  # Celery 5.7 asks first
+            asked.append("get_state")
             raise ConnectionError("the result backend is down")
 
         def mark_as_revoked(self, *args, **kwargs):
+            asked.append("mark_as_revoked")
             raise ConnectionError("the result backend is down")
 
     revoke_on_a_worker_of(SimpleNamespace(backend=Failing()))
+    if not asked:
+        pytest.skip("this Celery's worker writes no revoke to the result backend (5.5): nothing to warn of")
     assert [r.getMessage() for r in revokes.records] == [
         "Failed to mark task op.1 as revoked in backend: the result backend is down"]
