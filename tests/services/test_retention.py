@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -423,7 +424,13 @@ def test_100000_ended_executions_are_purged_while_an_active_one_is_never_locked(
                       "OperationDependency": SCALE // 10 + 3, "Wait": SCALE // 10 + 2}
     before = Execution.objects.filter(pk=active.pk).values().get()
 
-    result, purge_pid, failures = {}, [], []
+    result, purge_pid, failures, batches = {}, [], [], []
+
+    @contextmanager
+    def timed_batch():  # retention's guard, entered around each batch: how long each one takes
+        began_batch = time.monotonic()
+        yield
+        batches.append(time.monotonic() - began_batch)
 
     def purge():
         try:
@@ -432,7 +439,7 @@ def test_100000_ended_executions_are_purged_while_an_active_one_is_never_locked(
                     cursor.execute("SELECT pg_backend_pid()")
                     purge_pid.append(cursor.fetchone()[0])
             started = time.monotonic()
-            result["counts"] = retention.purge(30)
+            result["counts"] = retention.purge(30, guard=timed_batch)
             result["seconds"] = time.monotonic() - started
         except Exception as exc:  # noqa: BLE001 — reported by the test
             failures.append(exc)
@@ -467,7 +474,10 @@ def test_100000_ended_executions_are_purged_while_an_active_one_is_never_locked(
     assert rows() == {"Execution": 2, "Operation": 5, "Event": 7, "OperationDependency": 3, "Wait": 2}
     assert modes <= {"AccessShareLock", "RowShareLock", "RowExclusiveLock"}, modes
     if connection.vendor == "sqlite":
-        assert longest < 2, "a writer waited for the purge longer than a batch"
+        # A writer waits for the batch that holds the database, at most: the longest batch of this
+        # run (a loaded machine makes both longer), and the writer's own short transaction.
+        assert longest < max(batches) + 0.5, (f"a writer waited {longest:.2f}s for the purge, longer than a batch "
+                                              f"(the longest took {max(batches):.2f}s)")
     print(f"\n{connection.vendor}: seeded {SCALE} executions in {seeded:.1f} s, purged in {result['seconds']:.1f} s; "
           f"{tries} lock tries on the active execution meanwhile, the longest {longest * 1000:.0f} ms; "
           f"the purge's table locks: {sorted(modes) or 'not visible (SQLite)'}")
