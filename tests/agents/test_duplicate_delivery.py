@@ -136,6 +136,7 @@ def dup_record(ctx):
 def _deliver(line, first):
     from agents import runner
 
+    os.setpgid(0, 0)  # as each pool process does (agents.worker.pool): its own process group
     if first:
         line.claimant.value = os.getpid()
     else:

@@ -2,6 +2,7 @@
 
 import json
 import re
+import uuid
 
 import pytest
 import yaml
@@ -55,6 +56,24 @@ def test_every_operation_documents_its_errors_in_the_one_shape():
     assert "409" in schema["paths"]["/api/v1/executions/{id}/events"]["post"]["responses"]
     assert "201" in schema["paths"]["/api/v1/executions"]["post"]["responses"]
     assert "202" in schema["paths"]["/api/v1/executions/{id}/events"]["post"]["responses"]
+
+
+def test_every_body_that_refuses_an_unknown_key_documents_that_it_does(api):
+    """A client (or a generator of test requests) learns from the schema that an extra key is a
+    400, not a key the server ignores."""
+    schema = openapi()
+    bodies = {path: operation["requestBody"]["content"]["application/json"]["schema"]
+              for path, item in schema["paths"].items() for operation in item.values() if "requestBody" in operation}
+    assert bodies, "the API takes bodies"
+    components = schema["components"]["schemas"]
+    for path, body in bodies.items():
+        refs = [variant["$ref"] for variant in body.get("oneOf", [body]) if "$ref" in variant]
+        for ref in refs:
+            component = components[ref.rsplit("/", 1)[1]]
+            base = component["allOf"][0]["$ref"].rsplit("/", 1)[1] if "allOf" in component else None
+            assert (components[base] if base else component).get("additionalProperties") is False, (path, ref)
+    answer = api.post(f"{API}/schedules/{uuid.uuid4()}", {"action": "pause", "extra": 1}, format="json")
+    assert answer.status_code == 400 and answer.json()["error_code"] == "invalid_parameters"
 
 
 def test_the_query_parameters_of_the_lists_are_documented():

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 from django.urls import get_script_prefix, reverse
 from drf_spectacular import generators, plumbing
-from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.settings import SPECTACULAR_DEFAULTS, spectacular_settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
@@ -238,6 +238,20 @@ class WorkflowIdFieldExtension(OpenApiSerializerFieldExtension):
         names = sorted(documented_workflows())
         if names:  # an enum cannot be empty
             schema["enum"] = names
+        return schema
+
+
+class StrictSerializerExtension(OpenApiSerializerExtension):
+    """A body that refuses a key none of its fields names says so: ``additionalProperties: false``,
+    so that a client (or a generator of test requests) knows an extra key is a 400."""
+
+    target_class = "workflows_app.api.serializers.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        if direction == "request":
+            schema["additionalProperties"] = False
         return schema
 
 
