@@ -57,7 +57,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from workflows_app.models import Event, Execution, Operation, OperationDependency, Wait
+from workflows_app.models import Event, Execution, Operation, OperationDependency, ScheduleSlot, Wait
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL
 
 #: Chosen executions (each with its descendants) per batch, one transaction each.
@@ -376,6 +376,9 @@ def _delete(ids) -> Counts:
         # Edges join operations of one execution (engine.graph): those from its operations are all.
         OperationDependency.objects.filter(operation_id__in=operations.values("pk")).delete()
         Wait.objects.filter(execution_id__in=chunk).delete()
+        # A schedule's history keeps its slots; the executions they started are gone (SET_NULL,
+        # which a raw DELETE does not do for them).
+        ScheduleSlot.objects.filter(execution_id__in=chunk).update(execution=None)
         events = Event.objects.filter(execution_id__in=chunk)
         counts.events += events._raw_delete(events.db)
         counts.operations += operations._raw_delete(operations.db)

@@ -96,6 +96,20 @@ def test_purge_deletes_ended_executions_older_than_the_cutoff_with_everything_th
                       "OperationDependency": survivors, "Wait": survivors}
 
 
+def test_a_purged_execution_of_a_schedule_leaves_its_slot_without_it(make):
+    """The schedule's history keeps the slot (that it fired, when); the execution is gone."""
+    from workflows_app.models import Schedule, ScheduleSlot
+
+    old = make(ExecutionStatus.COMPLETED)
+    schedule = Schedule.objects.create(workflow_id="example", interval=60)
+    slot = ScheduleSlot.objects.create(schedule=schedule, slot=timezone.now() - 40 * DAY, outcome="started", execution=old)
+
+    assert retention.purge(30).executions == 1
+    connection.check_constraints()  # what the commit checks: no slot names a deleted execution
+    slot.refresh_from_db()
+    assert slot.execution_id is None and left(old) == set()
+
+
 def test_purge_by_status_deletes_only_those(make):
     failed, cancelled, completed = (make(s) for s in (ExecutionStatus.FAILED, ExecutionStatus.CANCELLED,
                                                       ExecutionStatus.COMPLETED))
