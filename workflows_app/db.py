@@ -31,6 +31,9 @@ break them.
 """
 
 import functools
+import random
+import sqlite3
+import time
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.signals import connection_created
@@ -66,8 +69,20 @@ def _write_ahead_logging(sender, connection, **kwargs):
         return
     if "journal_mode" in (connection.settings_dict["OPTIONS"].get("init_command") or "").lower():
         return  # the project chose its journal mode
-    # Kept by the file once set: on a database in WAL already this only reads its header.
-    connection.connection.execute("PRAGMA journal_mode=WAL")
+    # Kept by the file once set: on a database in WAL already this only reads its header. On a new
+    # file, processes that start together each try to set it: the change needs the file to
+    # itself, and SQLite refuses one of two such at once without waiting ("database is locked"),
+    # so it is tried again until the connection's own timeout.
+    timeout = float(connection.settings_dict["OPTIONS"].get("timeout", SQLITE_OPTIONS["timeout"]))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connection.connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(random.uniform(0.01, 0.05))
 
 
 def sqlite_problems() -> list[str]:
