@@ -208,6 +208,43 @@ def canvas_expectation(case, agents, management_queue):
     return _canvas(case, agents, management_queue)[1]
 
 
+@operation(name="it_limited", concurrency=2, max_retries=0)
+def limited(ctx, tag, seconds=0.0):
+    """At most two at once, whatever the number of agents and managers."""
+    mark(ctx, tag)
+    time.sleep(seconds)
+
+
+@operation(name="it_rated", rate_limit="5/s", max_retries=0)
+def rated(ctx, tag):
+    """At most five sent in any second."""
+    mark(ctx, tag)
+
+
+@operation(name="it_per_account", concurrency=1, concurrency_key="account", rate_limit="100/s", rate_key="agent",
+           max_retries=0)
+def per_account(ctx, tag, account, seconds=0.0):
+    """One at a time per account; a hundred a second per agent."""
+    mark(ctx, tag, account=account)
+    time.sleep(seconds)
+
+
+@workflow(name="it_limited_fan_out")
+def limited_fan_out(ctx, op, n, agents, seconds=0.0, accounts=None):
+    """``n`` steps of the limited operation ``op`` side by side over the agents (each of
+    ``accounts`` in turn, for it_per_account)."""
+    g = ctx.graph()
+    operation_ = {"it_limited": limited, "it_rated": rated, "it_per_account": per_account}[op]
+    for i in range(n):
+        kwargs = {"tag": op}
+        if op != "it_rated":
+            kwargs["seconds"] = seconds
+        if accounts:
+            kwargs["account"] = accounts[i % len(accounts)]
+        g.add(f"s{i:03d}", operation_, agent=agents[i % len(agents)], **kwargs)
+    ctx.set_payload({"count": len(g.run())})
+
+
 @workflow(name="it_fan_out")
 def fan_out(ctx, n, agents):
     """``n`` independent steps over the agents, then one step after all of them."""

@@ -53,6 +53,9 @@ DEFAULTS = {
     # Seconds: the shortest gap between two slots of a schedule a user who is not a superuser
     # creates or retimes (workflows_app.schedules.min_interval).
     "SCHEDULE_MIN_INTERVAL": 10,
+    # Seconds a start's idempotency key answers with the execution it started
+    # (workflows_app.flow.idempotency); after that, a start with it starts anew.
+    "IDEMPOTENCY_SECONDS": 86400,
 }
 
 #: Where ``manage.py standalone``'s Flower is, for the web server it starts (see above).
@@ -92,6 +95,10 @@ def bad_values(user_settings) -> list[str]:
         value = user_settings["MAX_PAYLOAD_BYTES"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
             found.append(f"WORKFLOWS['MAX_PAYLOAD_BYTES'] must be a whole number of bytes >= 1024, not {value!r}")
+    if "IDEMPOTENCY_SECONDS" in user_settings:
+        value = user_settings["IDEMPOTENCY_SECONDS"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            found.append(f"WORKFLOWS['IDEMPOTENCY_SECONDS'] must be a whole number of seconds > 0, not {value!r}")
     if "RETENTION_DAYS" in user_settings:
         value = user_settings["RETENTION_DAYS"]
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):

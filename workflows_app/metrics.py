@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 from workflows_app import broker, clock, permissions, wire
+from workflows_app.flow import waiting
 from workflows_app.models import Execution, Operation, Schedule
 from workflows_app.registry import workflows
 from workflows_app.states import EXECUTION_TERMINAL, ExecutionStatus, OperationState, StepKind
@@ -65,6 +66,7 @@ class Collector:
         yield from self.operations()
         yield self.schedule_lateness()
         yield self.concurrency_queued()
+        yield self.operations_waiting()
         reports = self.reports_waiting()
         if reports is not None:
             yield reports
@@ -143,6 +145,15 @@ class Collector:
                 .values_list("concurrency_key").annotate(count=Count("pk")))
         for key, count in rows:
             family.add_metric([key], count)
+        return family
+
+    def operations_waiting(self):
+        family = GaugeMetricFamily("switchyard_operations_waiting",
+                                   "Steps held back by their operation's limits (rate_limit, concurrency), by operation "
+                                   "and reason.", labels=["operation", "reason"])
+        visible = permissions.visible_records(self.user, Operation.objects.filter(kind=StepKind.OPERATION))
+        for (operation, reason), count in sorted(waiting.counts(visible).items()):
+            family.add_metric([operation, reason], count)
         return family
 
     def reports_waiting(self):

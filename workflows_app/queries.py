@@ -5,6 +5,7 @@ import uuid
 
 from django.db.models import Count
 
+from workflows_app import registry
 from workflows_app.models import Execution, Operation, OperationDependency
 from workflows_app.signals import execution_warnings
 from workflows_app.states import OperationState, StepKind
@@ -67,6 +68,14 @@ def warnings(execution_id) -> list[dict]:
     ``signals.execution_warnings`` return (``unknown_agent``: ``agents.warnings``)."""
     return [warning for _, found in execution_warnings.send(sender=Execution, execution_id=execution_id)
             for warning in found or ()]
+
+
+def operation_limits() -> list[dict]:
+    """The limits of the registered operations that have one (``@operation(rate_limit=…,
+    concurrency=…)``), by name: ``{"operation", "rate_limit", "rate_key", "concurrency",
+    "concurrency_key"}`` each."""
+    return [{"operation": name, **definition.limits.as_json()}
+            for name, definition in sorted(registry.operations().items()) if definition.limits]
 
 
 def executions_by_id_prefix(digits, shown) -> tuple[list[dict], int]:

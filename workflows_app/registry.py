@@ -22,6 +22,8 @@ from django.conf import settings
 
 from workflows_app import parameters as typed
 from workflows_app.errors import ParameterError, RegistrationError
+from workflows_app.flow import limits as limits_module
+from workflows_app.flow.limits import Limits
 from workflows_app.states import ExecutionStatus, FailureMode
 
 _workflows: dict = {}
@@ -50,6 +52,8 @@ class OperationDef:
     retry_backoff: float = 1.0
     retry_for: tuple = ()
     timeout: float | None = None
+    #: Its rate and concurrency limits (``workflows_app.flow.limits``).
+    limits: Limits = limits_module.NONE
 
     def __call__(self, *args, **kwargs):
         return self.func(*args, **kwargs)
@@ -155,13 +159,21 @@ def _register(table, kind, definition):
     return definition
 
 
-def operation(func=None, *, name=None, max_retries=None, retry_interval=None, retry_backoff=1.0, retry_for=(), timeout=None):
-    """Register an operation; works with and without parentheses."""
+def operation(func=None, *, name=None, max_retries=None, retry_interval=None, retry_backoff=1.0, retry_for=(), timeout=None,
+              rate_limit=None, rate_key=None, concurrency=None, concurrency_key=None):
+    """Register an operation; works with and without parentheses. ``rate_limit`` ("10/s", "600/m",
+    "1000/h") and ``concurrency`` (N): at most that many attempts sent in any window of the
+    period, or sent or started at once, per value of ``rate_key`` / ``concurrency_key`` ("agent",
+    or one of its parameters; none: the whole operation), kept by the managers
+    (``workflows_app.flow``)."""
 
     def wrap(fn):
+        op_name = name or fn.__name__
+        declared = limits_module.check(op_name, fn, rate_limit=rate_limit, rate_key=rate_key,
+                                       concurrency=concurrency, concurrency_key=concurrency_key)
         return _register(_operations, "operation", OperationDef(
-            name=name or fn.__name__, func=fn, max_retries=max_retries, retry_interval=retry_interval,
-            retry_backoff=retry_backoff, retry_for=tuple(retry_for), timeout=timeout))
+            name=op_name, func=fn, max_retries=max_retries, retry_interval=retry_interval,
+            retry_backoff=retry_backoff, retry_for=tuple(retry_for), timeout=timeout, limits=declared))
 
     return wrap(func) if func is not None else wrap
 
@@ -195,6 +207,11 @@ def workflow(func=None, *, name=None, failure_mode=None, timeout=None, on_unhand
             permission=permission, concurrency=concurrency, concurrency_key=concurrency_key))
 
     return wrap(func) if func is not None else wrap
+
+
+def operations() -> dict:
+    """The registered operations by name (a copy)."""
+    return dict(_operations)
 
 
 def workflow_modules() -> list[str]:

@@ -8,6 +8,9 @@ There is one way to delete executions, :func:`_delete`, reached three ways:
 * :func:`delete_executions` — the admin's delete: the ended executions an operator chose;
 * :func:`discard` — a benchmark's own rows, whatever their status, once nothing runs them.
 
+**Idempotency keys.** An execution's key (``workflows_app.flow.idempotency``) goes with it; a
+purge also deletes every key that has expired, whether or not it deletes an execution.
+
 **Trees.** A child execution goes with its parent (``Execution.parent``, CASCADE), never on its
 own in a purge: a purge chooses top-level executions, and deletes each with its descendants
 only when every execution of the tree has ended — before the cutoff too: one that was resumed
@@ -35,12 +38,12 @@ writer waits for it, and the purge pauses after each batch to let them in (``SQL
 the work instead of waiting for or deadlocking on each other; each counts only the rows it
 deleted (the row counts of its own DELETEs), so their counts add up to what went.
 
-**Fast deletes.** Waits and the operations' dependency rows are deleted with
-``QuerySet.delete()``, which Django's collector turns into one DELETE (no model has a relation
-to them, and no delete signal is connected). Events and operations cannot be: a wait's
-``event`` (SET_NULL) and the dependency rows (CASCADE) point at them, so the collector would
-first load every one of them — a million events into memory — to follow those relations.
-Their dependents are deleted first in the same transaction (a wait only ever takes an event of
+**Fast deletes.** Waits, the operations' dependency rows and the idempotency keys that started
+the executions are deleted with ``QuerySet.delete()``, which Django's collector turns into one
+DELETE (no model has a relation to them, and no delete signal is connected). Events and
+operations cannot be: a wait's ``event`` (SET_NULL) and the dependency rows (CASCADE) point at
+them, so the collector would first load every one of them — a million events into memory — to
+follow those relations. Their dependents are deleted first in the same transaction (a wait only ever takes an event of
 its own execution, engine.waits), so they go by ``_raw_delete`` — one ``DELETE … WHERE
 execution_id IN (…)``, which is what the collector would end with — as do the executions
 themselves. The database's foreign keys (deferred to the commit) still check that nothing is
@@ -57,6 +60,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from workflows_app.flow import idempotency
 from workflows_app.models import Event, Execution, Operation, OperationDependency, ScheduleSlot, Wait
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL
 
@@ -118,11 +122,18 @@ def purge(older_than_days, statuses=None, *, dry_run=False, now=None, progress=N
 
     ``dry_run``: count, delete nothing. ``progress(counts, examined, total)`` is called after
     each batch (``examined`` of ``total`` executions looked at). ``guard()`` is entered around
-    each batch (a manager's: no fork of its process meanwhile)."""
+    each batch (a manager's: no fork of its process meanwhile).
+
+    Then the idempotency keys of starts that expired by ``now`` are deleted too, whether or not
+    an execution was (``workflows_app.flow.idempotency``): one DELETE on their expiry's index."""
     before = cutoff(older_than_days, now)
     statuses = terminal_statuses(statuses)
     chosen = Execution.objects.filter(status__in=statuses).filter(ended_before(before))
-    return _in_batches(_EndedPages(statuses, before), chosen, _Rules(cutoff=before), dry_run, progress, guard)
+    counts = _in_batches(_EndedPages(statuses, before), chosen, _Rules(cutoff=before), dry_run, progress, guard)
+    if not dry_run:
+        with guard():
+            idempotency.purge_expired(now)
+    return counts
 
 
 def delete_executions(executions, *, dry_run=False, progress=None, guard=nullcontext) -> Counts:
@@ -376,6 +387,7 @@ def _delete(ids) -> Counts:
         # Edges join operations of one execution (engine.graph): those from its operations are all.
         OperationDependency.objects.filter(operation_id__in=operations.values("pk")).delete()
         Wait.objects.filter(execution_id__in=chunk).delete()
+        idempotency.forget(chunk)  # the keys that started them: no key answers an execution that is gone
         # A schedule's history keeps its slots; the executions they started are gone (SET_NULL,
         # which a raw DELETE does not do for them).
         ScheduleSlot.objects.filter(execution_id__in=chunk).update(execution=None)

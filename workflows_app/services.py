@@ -12,6 +12,7 @@ from django.db import DatabaseError, transaction
 from workflows_app import broker, permissions, values
 from workflows_app.engine import reruns, resuming, starts, stopping, waits
 from workflows_app.errors import ActionRefused, ParameterError
+from workflows_app.flow import idempotency
 from workflows_app.models import Event, Execution
 from workflows_app.states import (
     EXECUTION_FORCE_RESUMABLE,
@@ -29,7 +30,7 @@ from workflows_app.transitions import record_event
 
 def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None, timeout=None,
           wait_after_fail=None, dry_run=False, created_by="", queue=False, force=False, run_after=None, priority=0,
-          user=None) -> Execution:
+          user=None, idempotency_key=None) -> Execution:
     """Create an execution (``pending``) and, once committed, send it to a manager — at
     ``run_after`` when that is later (a deferred start; the managers' tick sends it then).
     ``priority`` (-100 to 100): its operations go ahead of lower ones waiting in their agents' queues.
@@ -39,6 +40,13 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
     deployment is free, in order) or ``force`` (it runs beside the other).
     Raises ``RegistrationError`` for an unknown workflow and ``ParameterError`` for
     parameters that do not fit it. ``created_by`` defaults to the user's name.
+
+    ``idempotency_key`` (``workflows_app.flow.idempotency``): the user's key of this start. The
+    same key with the same request, within ``WORKFLOWS["IDEMPOTENCY_SECONDS"]``, starts nothing
+    and returns the execution the first start with it started; with another request it raises
+    ``IdempotencyConflict`` (a ``ValueRefused`` for a key that cannot be one). The execution
+    returned says which: ``idempotent_replay`` is True for one started earlier, False for one
+    this call started (with or without a key).
     """
     permissions.check(user, "start", workflow_id, target=f"workflow {str(workflow_id)[:100]!r}")
     if not created_by and user is not None:
@@ -46,17 +54,33 @@ def start(workflow_id, parameters=None, *, deployment_id=None, failure_mode=None
     execution, created = starts.build(workflow_id, parameters, deployment_id=deployment_id, failure_mode=failure_mode,
                                       timeout=timeout, wait_after_fail=wait_after_fail, dry_run=dry_run,
                                       created_by=created_by, run_after=run_after, priority=priority)
-    return starts.create(execution, created, queue=queue, force=force)
+    claim = idempotency.claim_for(user, idempotency_key, {
+        "start": "start", "workflow_id": workflow_id, "parameters": {} if parameters is None else parameters,
+        "deployment_id": deployment_id, "failure_mode": failure_mode, "timeout": _number(timeout),
+        "wait_after_fail": _number(wait_after_fail), "dry_run": bool(dry_run), "queue": bool(queue),
+        "force": bool(force), "run_after": run_after, "priority": priority})
+    if claim is None:
+        return _replayed(starts.create(execution, created, queue=queue, force=force), False)
+    earlier = idempotency.earlier(claim)
+    if earlier is not None:
+        return _replayed(earlier, True)
+    with transaction.atomic():  # the key and the execution: both or neither
+        earlier = idempotency.take(claim, execution)
+        if earlier is not None:
+            return _replayed(earlier, True)
+        return _replayed(starts.create(execution, created, queue=queue, force=force), False)
 
 
 def rerun(execution_id, from_step, parameters=None, *, workflow_id=None, deployment_id=None, failure_mode=None,
           timeout=None, wait_after_fail=None, dry_run=False, created_by="", queue=False, force=False,
-          user=None) -> Execution:
+          user=None, idempotency_key=None) -> Execution:
     """Run an execution again from its step ``from_step``: a new execution of the same workflow,
     ``rerun_of`` the original, whose steps that succeeded keep their stored results and do not run
     again — all but ``from_step`` and what followed from it (``engine.reruns``). ``parameters``,
     the deployment, the failure mode and the timeouts are the original's unless given; it is a
-    dry run if the original was or ``dry_run`` says so; ``queue`` and ``force`` as for a start.
+    dry run if the original was or ``dry_run`` says so; ``queue`` and ``force`` as for a start;
+    ``idempotency_key`` as for a start (a rerun is a start: the same key with the same rerun
+    returns the rerun it started first).
 
     The user must be able to view the original and start its workflow. Raises
     ``Execution.DoesNotExist``, ``PermissionRefused``, ``ParameterError`` (a step the original
@@ -72,6 +96,15 @@ def rerun(execution_id, from_step, parameters=None, *, workflow_id=None, deploym
     kept = reruns.plan(original, from_step)  # before anything is stored: a step it does not have is refused
     if not created_by and user is not None:
         created_by = user.get_username()
+    claim = idempotency.claim_for(user, idempotency_key, {
+        "start": "rerun", "rerun_of": str(original.pk), "from_step": from_step, "parameters": parameters,
+        "deployment_id": deployment_id, "failure_mode": failure_mode, "timeout": _number(timeout),
+        "wait_after_fail": _number(wait_after_fail), "dry_run": bool(dry_run), "queue": bool(queue),
+        "force": bool(force)})
+    if claim is not None:
+        earlier = idempotency.earlier(claim)
+        if earlier is not None:
+            return _replayed(earlier, True)
     with transaction.atomic():
         execution, created = starts.build(
             original.workflow_id, original.parameters if parameters is None else parameters,
@@ -80,9 +113,12 @@ def rerun(execution_id, from_step, parameters=None, *, workflow_id=None, deploym
             timeout=original.timeout if timeout is None else timeout,
             wait_after_fail=original.wait_after_fail if wait_after_fail is None else wait_after_fail,
             dry_run=dry_run or original.is_dry_run, created_by=created_by, rerun_of=original, rerun_from=from_step)
+        earlier = None if claim is None else idempotency.take(claim, execution)
+        if earlier is not None:
+            return _replayed(earlier, True)
         execution = starts.create(execution, created, queue=queue, force=force)
         reruns.keep(execution, kept)
-    return execution
+    return _replayed(execution, False)
 
 
 def send_event(execution_id, name, payload=None, *, user=None) -> Event:
@@ -194,6 +230,17 @@ def _resume(execution_id, action, allowed, reset_states, user) -> Execution:
     with transaction.atomic():
         execution = _refuse_unless(_locked_or_stop_dispatcher(execution_id), action, allowed)
         return resuming.resume(execution, action, reset_states)
+
+
+def _replayed(execution, replayed) -> Execution:
+    """``execution``, marked: started earlier with the same idempotency key, or by this call."""
+    execution.idempotent_replay = replayed
+    return execution
+
+
+def _number(value):
+    """A number of seconds as a float (``30`` and ``30.0`` are one request's), else as it is."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def _check(user, action, execution) -> Execution:

@@ -130,6 +130,10 @@ OPERATION_ACTIVE = frozenset(set(_O) - OPERATION_TERMINAL)
 OPERATION_NOT_STARTED = frozenset({_O.PENDING, _O.RESCHEDULED, _O.SENDING, _O.SENT})
 #: A message is (or may be) out for these: the agents are asked about them after a restart.
 OPERATION_IN_FLIGHT = frozenset({_O.SENDING, _O.SENT, _O.STARTED})
+#: What an operation's limits may hold back: a step that may be sent, or a retry that fell due.
+OPERATION_WAITING_TO_SEND = (_O.PENDING, _O.RESCHEDULED)
+#: What holds a slot of an operation's concurrency (a tuple: it is in a migration).
+OPERATION_HOLDING_SLOT = (_O.SENDING, _O.SENT, _O.STARTED)
 #: In flight, or waiting for a retry (a tuple: it is in a migration, which needs one order).
 OPERATION_IN_FLIGHT_OR_WAITING = (_O.SENDING, _O.SENT, _O.STARTED, _O.RESCHEDULED)
 #: What resume puts back to pending; force-resume adds the in-flight states.
@@ -189,6 +193,22 @@ class WarningCode(models.TextChoices):
     """What a warning of an execution (``queries.warnings``) is about."""
 
     UNKNOWN_AGENT = "unknown_agent"  # steps sent to an agent never seen, or offline
+    RATE_LIMITED = "rate_limited"  # a step waits for its operation's rate limit
+    CONCURRENCY_LIMITED = "concurrency_limited"  # a step waits for a free slot of its operation's concurrency
+
+
+class FlowWait(models.TextChoices):
+    """What a step that may be sent waits for (``Operation.flow_wait``; "" for nothing): the
+    limits of its operation (``workflows_app.flow``)."""
+
+    NONE = "", "nothing"
+    QUEUED = "queued", "the managers' decision"  # handed over to the limits; decided at once
+    RATE_LIMIT = "rate_limit", "its operation's rate limit"
+    CONCURRENCY = "concurrency", "a free slot of its operation's concurrency"
+
+
+#: What a step held back by a limit waits for (``Operation.flow_wait``), as operators are told.
+FLOW_LIMITS = (FlowWait.RATE_LIMIT, FlowWait.CONCURRENCY)
 
 
 class WaitKind(models.TextChoices):

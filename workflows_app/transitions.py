@@ -36,6 +36,7 @@ from workflows_app.states import (
     EXECUTION_TERMINAL,
     EXECUTION_TRANSITIONS,
     OPERATION_EVENT_BY_TARGET,
+    OPERATION_HOLDING_SLOT,
     OPERATION_STATE_TIMESTAMP,
     OPERATION_TRANSITIONS,
     EventType,
@@ -53,6 +54,23 @@ def react_with(react):
     """Call ``react(execution, source, target, event)`` after every committed execution transition."""
     global _react
     _react = react
+
+
+#: ``freed(operation)``, called when an operation leaves ``sending``/``sent``/``started`` (an
+#: attempt that ends frees a slot of its operation's concurrency): ``workflows_app.flow.gate``,
+#: handed down by the app (:func:`free_slots_with`), which defers what it does to the commit.
+_slot_freed = None
+
+
+def free_slots_with(freed):
+    """Call ``freed(operation)`` in the transaction of every move out of an attempt's slot."""
+    global _slot_freed
+    _slot_freed = freed
+
+
+def _left_slot(operation, source, target):
+    if _slot_freed is not None and source in OPERATION_HOLDING_SLOT and target not in OPERATION_HOLDING_SLOT:
+        _slot_freed(operation)
 
 
 def _atomic():
@@ -147,6 +165,13 @@ def record_event(execution_id, type, message="", data=None, operation=None) -> E
     return Event.objects.create(
         execution_id=execution_id, type=EventType(type), message=message, data=data or {}, operation=operation
     )
+
+
+def record_events(events) -> list:
+    """:func:`record_event` for many at once (one INSERT): ``events``, the same arguments as dicts."""
+    return Event.objects.bulk_create([
+        Event(execution_id=e["execution_id"], type=EventType(e["type"]), message=e.get("message", ""),
+              data=e.get("data") or {}, operation=e.get("operation")) for e in events])
 
 
 def execution_transition(execution, target, *, message="", data=None, token=None, fence=None, renew_token=False,
@@ -247,6 +272,7 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
         _refuse_operation(operation, source, target)
     for name, value in updates.items():
         setattr(operation, name, value)
+    _left_slot(operation, source, target)
     return operation
 
 
@@ -433,6 +459,7 @@ def operations_transition(operations, target, *, message="", data=None) -> list:
             events.append(_operation_event(operation, source, target, attempt, message, data))
             operation.state, operation.attempt = target, attempt
             setattr(operation, OPERATION_STATE_TIMESTAMP[target], now)
+            _left_slot(operation, source, target)
         Event.objects.bulk_create(events)
     return moving
 

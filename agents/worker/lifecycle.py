@@ -78,36 +78,64 @@ def run_worker(label, *, queue, hostname, concurrency, loglevel, threads=(), sto
 #: How often a ticker tries while the database is down: an agent's first heartbeat after an
 #: outage comes within this, not a whole heartbeat period later.
 OUTAGE_RETRY_SECONDS = 1.0
+#: The shortest wait of a :class:`Ticker` that asked to run again sooner.
+MIN_WAIT_SECONDS = 0.01
 #: How often an agent's heartbeat thread also forgets the attempts that finished long ago: not at
 #: every beat, since it looks at every finished record; they are kept an hour.
 FORGET_EVERY_SECONDS = 60.0
 
 
+class _Stop(threading.Event):
+    """A :class:`Ticker`'s stop: setting it wakes the ticker too, which then ends."""
+
+    def __init__(self, woken):
+        super().__init__()
+        self._woken = woken
+
+    def set(self):
+        super().set()
+        self._woken.set()
+
+
 class Ticker(threading.Thread):
-    """Calls ``fn`` every ``interval`` seconds, logging (not dying of) its errors. While the
-    database is unreachable it says so once (and once when it is back), and tries every
+    """Calls ``fn`` every ``interval`` seconds, logging (not dying of) its errors; sooner when
+    ``fn`` returns the seconds until it has something to do again. While the database is
+    unreachable it says so once (and once when it is back), and tries every
     ``OUTAGE_RETRY_SECONDS`` at most."""
 
     def __init__(self, fn, interval, name="tick"):
         super().__init__(name=name, daemon=True)
         self.fn, self.interval = fn, interval
-        self.stopped = threading.Event()
+        self.woken = threading.Event()
+        self.stopped = _Stop(self.woken)
         self.database = outages.Watch(name)
+        self.next_wait = interval
+
+    def wake(self):
+        """Call ``fn`` now (from any thread), not at the end of the wait."""
+        self.woken.set()
 
     def run(self):
-        while not self.stopped.wait(min(self.interval, OUTAGE_RETRY_SECONDS) if self.database.down else self.interval):
+        while not self.stopped.is_set():
+            self.woken.wait(min(self.interval, OUTAGE_RETRY_SECONDS) if self.database.down else self.next_wait)
+            self.woken.clear()
+            if self.stopped.is_set():
+                return
             self.turn()
 
     def turn(self):
+        self.next_wait = self.interval
         try:
             with no_fork_meanwhile():
                 close_old_connections()
-                self.fn()
+                due = self.fn()
         except Exception as exc:
             if not self.database.failed(exc):
                 logger.exception("%s failed", self.name)
             return
         self.database.succeeded()
+        if isinstance(due, (int, float)) and due >= 0:
+            self.next_wait = min(self.interval, max(due, MIN_WAIT_SECONDS))
 
 
 def heartbeat(name) -> Ticker:

@@ -44,7 +44,7 @@ FAMILIES = {
     "switchyard_execution_duration_seconds": "histogram", "switchyard_operation_duration_seconds": "histogram",
     "switchyard_operation_queue_seconds": "histogram", "switchyard_agents_online": "gauge",
     "switchyard_schedule_lateness_seconds": "gauge", "switchyard_concurrency_queued": "gauge",
-    "switchyard_reports_waiting": "gauge",
+    "switchyard_operations_waiting": "gauge", "switchyard_reports_waiting": "gauge",
 }
 
 
@@ -235,7 +235,7 @@ def test_a_label_value_of_any_text_is_escaped(make_execution, make_operation, to
     assert scrape(token_client()).value("switchyard_executions", workflow=name, status="pending") == 1
 
 
-def test_a_scrape_runs_five_queries_however_many_rows(make_execution, make_operation, token_settings):
+def test_a_scrape_runs_six_queries_however_many_rows(make_execution, make_operation, token_settings):
     def queries():
         with CaptureQueriesContext(connection) as captured:
             scrape(token_client())
@@ -247,8 +247,9 @@ def test_a_scrape_runs_five_queries_however_many_rows(make_execution, make_opera
         execution = make_execution(ExecutionStatus.COMPLETED, workflow_id=f"wf-{i % 7}", started_at=now, ended_at=now)
         make_operation(OperationState.SUCCEEDED, execution, operation=f"op-{i % 5}", agent=f"agent-{i % 3}",
                        sent_at=now, started_at=now, succeeded_at=now)
-    # The executions, the operations, the schedules, the queued executions, and the agents'.
-    assert few == queries() == 5
+    # The executions, the operations, the schedules, the queued executions, the steps limits hold
+    # back, and the agents'.
+    assert few == queries() == 6
 
 
 # --- who may scrape, and what each sees --------------------------------------------------------

@@ -10,10 +10,12 @@ from django.utils import timezone
 
 from workflows_app import outages
 from workflows_app.engine import progress, recovery, schedules, starts, tick
+from workflows_app.flow import gate
 
 #: The parts of a pass, in order, and where each one is.
 PARTS = [
     ("send_due_retries", progress, "send_due_retries"),
+    ("flow.drain_waiting", gate, "drain_waiting"),
     ("fail_timed_out_operations", tick, "fail_timed_out_operations"),
     ("wake_due_executions", tick, "wake_due_executions"),
     ("starts.send_due", starts, "send_due"),
@@ -90,7 +92,7 @@ def test_an_unreachable_database_ends_the_pass_for_the_managers_tick_to_ride_out
     parts.fail("fail_timed_out_operations", Outage("connection refused"))
     with pytest.raises(Outage):
         tick.run(timezone.now())
-    assert parts.ran == ["send_due_retries", "fail_timed_out_operations"]
+    assert parts.ran == ["send_due_retries", "flow.drain_waiting", "fail_timed_out_operations"]
 
 
 def test_the_harness_pass_raises_what_a_part_raised(parts):

@@ -33,6 +33,8 @@ SPEC_DEFAULTS = {
     # Issue 37's: the bearer token that scrapes GET /api/v1/metrics.
     "METRICS_TOKEN": None,
     "AGENT_MASTER_KEY": None,
+    # How long a start's idempotency key answers with the execution it started.
+    "IDEMPOTENCY_SECONDS": 86400,
 }
 
 

@@ -183,3 +183,14 @@ def test_a_harness_clock_starts_where_it_is_told(db):
     # The sleep's hour; otherwise a microsecond each time the clock is read.
     assert start < result.execution.started_at < start + timedelta(seconds=1)
     assert start + timedelta(hours=1) < result.execution.ended_at < start + timedelta(hours=1, seconds=1)
+
+
+def test_the_limits_of_an_operation_hold_in_the_harness_and_its_clock_moves_to_the_next_window(switchyard):
+    result = switchyard.run("harness_limited_fan_out", {"n": 4})
+
+    assert result.status == "completed" and result.payload == {"sum": 6}
+    sends = sorted(op.sending_at for op in result.operations.values())
+    assert sends[2] - sends[0] >= timedelta(minutes=1) and sends[3] - sends[1] >= timedelta(minutes=1), \
+        "two a minute, on the test's clock"
+    ends = sorted((op.sending_at, op.succeeded_at) for op in result.operations.values())
+    assert all(later[0] >= earlier[1] for earlier, later in zip(ends, ends[1:])), "one at a time"

@@ -71,3 +71,17 @@ def harness_parent(ctx, children=2):
     handles = [ctx.execute_workflow(f"child-{i}", harness_child, n=i) for i in range(children)]
     ctx.all_of(*handles).wait()
     ctx.set_payload({"children": [handle.result() for handle in handles]})
+
+
+@operation(concurrency=1, rate_limit="2/m")
+def harness_limited(ctx, i):
+    return i
+
+
+@workflow
+def harness_limited_fan_out(ctx, n=4):
+    """``n`` steps of an operation of one at a time and two a minute."""
+    steps = ctx.graph()
+    for i in range(n):
+        steps.add(f"s{i}", harness_limited, i)
+    ctx.set_payload({"sum": sum(steps.run().values())})

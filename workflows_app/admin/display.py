@@ -10,6 +10,7 @@ from django.utils import dateformat, timezone
 from django.utils.html import format_html
 
 from workflows_app.conf import workflows_settings
+from workflows_app.states import FLOW_LIMITS, OPERATION_WAITING_TO_SEND, FlowWait
 
 
 def badge(value):
@@ -84,6 +85,15 @@ def error_line(error):
     if not kind or message.lower().startswith(kind.lower() + ":"):
         return message[:1].upper() + message[1:]
     return f"{kind}: {message}" if message else kind
+
+
+def flow_wait(operation) -> str:
+    """What a step that may be sent waits for, when a limit of its operation holds it back:
+    ``waits for <the limit> (<its key>)``; "" otherwise."""
+    if operation.state not in OPERATION_WAITING_TO_SEND or operation.flow_wait not in FLOW_LIMITS:
+        return ""
+    key = operation.rate_key if operation.flow_wait == FlowWait.RATE_LIMIT else operation.concurrency_key
+    return f"waits for {FlowWait(operation.flow_wait).label} ({key})"
 
 
 def pretty_json(value):

@@ -36,6 +36,7 @@ from workflows_app.errors import (
     RegistrationError,
     TransitionRefused,
 )
+from workflows_app.flow import idempotency
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import workflows
 from workflows_app.states import EventType, ExecutionStatus, OperationState
@@ -428,7 +429,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             operations = operations.filter(state=state)
         operations = operations.only("id", "execution_id", "name", "operation", "agent", "state", "attempt",
                                      "current_retries", "error", "started_at", "succeeded_at", "failed_at",
-                                     "cancelled_at")
+                                     "cancelled_at", "flow_wait", "rate_key", "concurrency_key")
         for _ in range(CONSISTENT_READS):
             paginator = Paginator(operations, OPERATIONS_PER_PAGE)
             paginator.count = summary[state] if state else sum(summary.values())  # known already: no COUNT query
@@ -447,6 +448,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             "badge": display.badge(operation.state),
             "duration": display.duration(operation.started_at, ended if operation.is_terminal else None),
             "error": display.error_line(operation.error),
+            "waiting": display.flow_wait(operation),
             "flower": display.flower_task_url(operation.task_id) if operation.attempt else None,
             "url": reverse("admin:workflows_app_operation_change", args=[operation.pk]),
         }
@@ -531,6 +533,10 @@ class ExecutionAdmin(admin.ModelAdmin):
         if request.method == "POST" and form.is_valid():
             try:
                 execution = services.start(form.cleaned_data["workflow"], user=request.user, **form.start_arguments())
+            except idempotency.IdempotencyConflict as exc:  # this page was submitted before, with other values
+                form.add_error(None, f"This page was submitted before with other values and started execution "
+                                     f"{exc.execution_id}. Submit it again to start another execution.")
+                form.renew_key()
             except (RegistrationError, PermissionRefused) as exc:
                 form.add_error("workflow", str(exc))
             except ParameterError as exc:
@@ -542,8 +548,13 @@ class ExecutionAdmin(admin.ModelAdmin):
                                   f"({exc}); a manager starts it once the broker answers", messages.WARNING)
                 return HttpResponseRedirect(reverse("admin:workflows_app_execution_changelist"))
             else:
-                self.message_user(request, f"started {execution.workflow_id}: execution {execution.pk} is "
-                                  f"{execution.status}", messages.SUCCESS, extra_tags=said_tags(execution.status))
+                if execution.idempotent_replay:  # the same form submitted again: nothing was started now
+                    self.message_user(request, f"this form was already submitted: it started execution "
+                                      f"{execution.pk}, which is {execution.status}; nothing was started again",
+                                      messages.WARNING)
+                else:
+                    self.message_user(request, f"started {execution.workflow_id}: execution {execution.pk} is "
+                                      f"{execution.status}", messages.SUCCESS, extra_tags=said_tags(execution.status))
                 return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[execution.pk]))
         registered = [{"name": name, "parameters": definition.parameters(),
                        "failure_mode": definition.failure_mode or "", "timeout": definition.timeout}

@@ -8,6 +8,7 @@ annotations (:func:`parameter_field`): a number field for ``int`` and ``float``,
 what is typed into JSON values; whether they fit the workflow is the start's one check."""
 
 import json
+import uuid
 
 from django import forms
 from django.forms.fields import InvalidJSONInput
@@ -108,11 +109,15 @@ class StartExecutionForm(forms.Form):
     if_busy = forms.ChoiceField(choices=IF_BUSY, initial="refuse", label="If the deployment is busy")
     failure_mode = forms.ChoiceField(choices=[("", "the workflow's own")] + FailureMode.choices, required=False)
     dry_run = forms.BooleanField(required=False, help_text="record the operations without running them")
+    # The start's idempotency key, new each time the form is shown: submitting the same page again
+    # (a reload, a second click) answers the execution the first submission started.
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, required=False, max_length=255, strip=False)
 
     def __init__(self, *args, definition=None, **kwargs):
         """``definition``: the workflow (a ``WorkflowDef``) to start with a field per parameter;
         without one, any workflow, with its parameters as JSON."""
         super().__init__(*args, **kwargs)
+        self.fields["idempotency_key"].initial = new_key()
         self.definition = definition
         self.fields["workflow"].choices = [(name, name) for name in sorted(workflows())]
         if definition is not None:
@@ -165,4 +170,15 @@ class StartExecutionForm(forms.Form):
             "dry_run": data["dry_run"],
             "queue": data["if_busy"] == "queue",
             "force": data["if_busy"] == "force",
+            "idempotency_key": data["idempotency_key"] or None,
         }
+
+    def renew_key(self):
+        """Show the form again with a new idempotency key: submitted, it starts a new execution."""
+        self.data = self.data.copy()
+        self.data[self.add_prefix("idempotency_key")] = new_key()
+
+
+def new_key() -> str:
+    """A start form's idempotency key: a random UUID."""
+    return str(uuid.uuid4())

@@ -86,6 +86,15 @@ class ExecutionNotActive(exceptions.APIException):
     default_code = "execution_not_active"
 
 
+class IdempotencyConflict(exceptions.APIException):
+    """A start with an idempotency key the user already used, unexpired, for another request:
+    nothing was started."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "the idempotency key was already used for another request"
+    default_code = "idempotency_conflict"
+
+
 class BrokerUnavailable(exceptions.APIException):
     """The message broker did not answer (the database part of the request was done)."""
 

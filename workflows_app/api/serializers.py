@@ -130,8 +130,11 @@ class WarningSerializer(serializers.Serializer):
 
     code = serializers.ChoiceField(choices=WarningCode.choices, help_text=(
         "unknown_agent: steps were sent to an agent that has never been seen, or that has been offline for "
-        "longer than WORKFLOWS['AGENT_OFFLINE_AFTER_SECONDS']; they wait until an agent of that name comes"))
-    step = serializers.CharField(help_text="the step it is about (of several waiting for one agent, the first by name)")
+        "longer than WORKFLOWS['AGENT_OFFLINE_AFTER_SECONDS']; they wait until an agent of that name comes. "
+        "rate_limited / concurrency_limited: steps wait for their operation's rate limit or for a free slot of its "
+        "concurrency, one warning per key (named in the message); they are sent as soon as the limit allows"))
+    step = serializers.CharField(help_text="the step it is about (of several waiting for one agent or one limit's key, "
+                                           "the first by name)")
     message = serializers.CharField(help_text="a readable one-line explanation")
 
 
@@ -244,6 +247,20 @@ class WorkflowParameterSerializer(serializers.Serializer):
     default = serializers.JSONField(allow_null=True, help_text="null when required")
 
 
+class OperationLimitsSerializer(serializers.Serializer):
+    """The limits of a registered operation, kept by the managers when they send its steps."""
+
+    operation = serializers.CharField()
+    rate_limit = serializers.CharField(allow_null=True, help_text="at most this many attempts sent in any window of "
+                                       "the period (`10/s`, `600/m`, `1000/h`); null: no rate limit")
+    rate_key = serializers.CharField(allow_null=True, help_text="what the rate counts per: `agent` or a parameter of "
+                                     "the operation; null: the operation as a whole")
+    concurrency = serializers.IntegerField(allow_null=True, min_value=1, help_text="at most this many attempts sent "
+                                           "or started at once; null: no limit")
+    concurrency_key = serializers.CharField(allow_null=True, help_text="what the concurrency counts per: `agent` or a "
+                                            "parameter of the operation; null: the operation as a whole")
+
+
 class WorkflowSerializer(serializers.Serializer):
     """A registered workflow."""
 
@@ -261,6 +278,9 @@ class WorkflowSerializer(serializers.Serializer):
         "and start in order; null: no limit"))
     concurrency_key = serializers.CharField(allow_null=True, help_text=(
         "what the limit counts per: one of its parameters, or `deployment`; null: the workflow as a whole"))
+    operation_limits = OperationLimitsSerializer(many=True, help_text=(
+        "the rate and concurrency limits of the registered operations that have one, by name: any workflow may "
+        "call any operation, so every workflow lists them all; a step over a limit waits `pending` with a warning"))
 
 
 # --- input -----------------------------------------------------------------------------------
@@ -327,6 +347,10 @@ class StartExecutionSerializer(StrictSerializer):
                                help_text="if the deployment has an active execution, wait for it (queued)")
     force = StrictBooleanField(required=False, default=False,
                                help_text="if the deployment has an active execution, run beside it")
+    idempotency_key = StrictCharField(required=False, allow_null=True, max_length=255, trim_whitespace=False,
+                                      help_text="as the header Idempotency-Key (give one or the other, or both the "
+                                                "same): the same key with the same request answers the execution "
+                                                "its first start started, 200")
 
     def validate(self, attrs):
         if attrs.get("rerun_of") is None:

@@ -20,6 +20,7 @@ import uuid
 
 from django.db.models import Prefetch
 from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import generics, status
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import SAFE_METHODS
@@ -49,10 +50,26 @@ from workflows_app.api.serializers import (
     WorkflowSerializer,
 )
 from workflows_app.conf import workflows_settings
+from workflows_app.flow import idempotency
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.registry import workflows
 
 assert set(services.ACTIONS) == set(ACTIONS)
+
+#: The request header of a start's idempotency key, and the response header of a replay.
+KEY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+IDEMPOTENCY_KEY = OpenApiParameter(
+    KEY_HEADER, {"type": "string", "minLength": 1, "maxLength": idempotency.MAX_KEY}, OpenApiParameter.HEADER,
+    description="a key of the client's for this start (at most 255 characters, no control character): the same "
+                "request sent again with it answers the execution the first one started (200, with "
+                f"{REPLAYED_HEADER}: true) instead of starting another")
+IDEMPOTENT_REPLAYED = OpenApiParameter(
+    REPLAYED_HEADER, {"type": "string", "enum": ["true"]}, OpenApiParameter.HEADER, response=[200],
+    description="the execution was started by an earlier request with the same idempotency key")
+REPLAY = OpenApiResponse(ExecutionDetailSerializer, description=(
+    "a replay: the same request was sent before with the same idempotency key and started this execution, shown as "
+    "it is now; nothing was started (the header Idempotent-Replayed is true)"))
 
 
 class WorkflowList(SwitchyardView, generics.ListAPIView):
@@ -63,10 +80,12 @@ class WorkflowList(SwitchyardView, generics.ListAPIView):
 
     def get_queryset(self):
         hidden = set(permissions.hidden_workflows(self.request.user))
+        limits = queries.operation_limits()
         return [
             {"name": name, "parameters": [{**p, "default": _json_safe(p["default"])} for p in definition.parameters()],
              "schema": definition.schema, "failure_mode": definition.failure_mode or workflows_settings.FAILURE_MODE, "timeout": definition.timeout,
-             "concurrency": definition.concurrency, "concurrency_key": definition.concurrency_key}
+             "concurrency": definition.concurrency, "concurrency_key": definition.concurrency_key,
+             "operation_limits": limits}
             for name, definition in sorted(workflows().items()) if name not in hidden
         ]
 
@@ -118,6 +137,7 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
 
     @extend_schema(
         operation_id="executions_create", summary="Start an execution",
+        parameters=[IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED],
         description="Creates the execution (`pending`, or `queued` behind the deployment's active execution "
                     "with `queue`) and sends it to a manager once committed. Needs the permission "
                     "`workflows_app.add_execution`, and the workflow's own if it was registered with one.\n\n"
@@ -127,10 +147,17 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
                     "`parameters` and the other options default to the original's. Also needs "
                     "`workflows_app.view_execution` on the original: an original of a workflow hidden from the "
                     "user is answered as one that does not exist. `GET /executions?rerun_of=ID` lists the "
-                    "reruns of an execution.",
+                    "reruns of an execution.\n\n"
+                    "With an idempotency key (the header `Idempotency-Key`, or `idempotency_key` in the body), the "
+                    "same request sent again with the same key within `WORKFLOWS['IDEMPOTENCY_SECONDS']` (a day by "
+                    "default) starts nothing: it answers 200 with the execution the first one started, as "
+                    "`GET /executions/{id}` shows it now, and the header `Idempotent-Replayed: true`. Another "
+                    "request with that key is 409 `idempotency_conflict`. Two requests with one key at once start "
+                    "one execution. A key is the user's own: another user's request with the same key is a "
+                    "request of its own.",
         request=StartExecutionSerializer,
-        responses={201: ExecutionDetailSerializer, **error_responses(
-            400, 401, 403, 413, 415,
+        responses={201: ExecutionDetailSerializer, 200: REPLAY, **error_responses(
+            400, 401, 403, 409, 413, 415,
             e403="`permission_denied`: the user may not start this workflow, or a session request without "
                  "its CSRF token",
             e400="`parse_error`; `invalid_parameters` (wrong types, a missing workflow_id, missing or unknown "
@@ -139,7 +166,11 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
                  "`unknown_workflow`; `existing_running_execution` (the deployment has an active execution: ask "
                  "with queue or force); with `rerun_of`, `invalid_parameters` also for a `rerun_of` that names no "
                  "execution (or one of a workflow hidden from the user), a `from_step` it does not have, or a "
-                 "`workflow_id` that is not its workflow")},
+                 "`workflow_id` that is not its workflow; `invalid_parameters` for an idempotency key that is "
+                 "empty, longer than 255 characters or has a control character, or a header and a body field "
+                 "that give two different keys",
+            e409="`idempotency_conflict`: the idempotency key was already used, within "
+                 "WORKFLOWS['IDEMPOTENCY_SECONDS'], for another request; nothing was started")},
     )
     def post(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
@@ -147,7 +178,8 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
         data = serializer.validated_data
         options = {"deployment_id": data.get("deployment_id"), "failure_mode": data.get("failure_mode"),
                    "timeout": data.get("timeout"), "wait_after_fail": data.get("wait_after_fail"),
-                   "dry_run": data["dry_run"], "queue": data["queue"], "force": data["force"], "user": request.user}
+                   "dry_run": data["dry_run"], "queue": data["queue"], "force": data["force"], "user": request.user,
+                   "idempotency_key": _idempotency_key(request, data.get("idempotency_key"))}
         try:
             if data.get("rerun_of") is not None:
                 _find_original(request.user, data["rerun_of"])
@@ -165,10 +197,15 @@ class ExecutionListCreate(SwitchyardView, generics.ListAPIView):
             raise errors.InvalidParameters(str(exc)) from None
         except domain.ExistingRunningExecution as exc:
             raise errors.ExistingRunningExecution(str(exc)) from None
+        except idempotency.IdempotencyConflict as exc:
+            raise errors.IdempotencyConflict(str(exc)) from None
+        location = request.build_absolute_uri(reverse("api:execution", kwargs={"id": execution.pk}))
+        if execution.idempotent_replay:  # started by an earlier request with the key: as it is now
+            return Response(execution_detail(execution), status=status.HTTP_200_OK,
+                            headers={"Location": location, REPLAYED_HEADER: "true"})
         # Just created: it has no operations yet (as its status says, the answer shows it as stored).
         return Response(execution_detail(execution, NO_OPERATIONS), status=status.HTTP_201_CREATED,
-                        headers={"Location": request.build_absolute_uri(
-                            reverse("api:execution", kwargs={"id": execution.pk}))})
+                        headers={"Location": location})
 
 
 class ExecutionDetail(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIView):
@@ -310,6 +347,16 @@ class NotFoundView(SwitchyardView, APIView):
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         raise NotFound(f"no endpoint {request.path[:200]}")
+
+
+def _idempotency_key(request, in_body):
+    """The start's idempotency key: the header ``Idempotency-Key`` or the body's
+    ``idempotency_key`` (both: the same one), else None. Whether it can be a key, the start checks."""
+    in_header = request.headers.get(KEY_HEADER)
+    if in_header is not None and in_body is not None and in_header != in_body:
+        raise errors.InvalidParameters(f"idempotency_key: the header {KEY_HEADER} and the body's idempotency_key "
+                                       f"give two different keys: give one of them")
+    return in_body if in_header is None else in_header
 
 
 def _find_original(user, execution_id):

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from workflows_app import broker, clock, db, values
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import children, policy
+from workflows_app.flow.limits import governs
 from workflows_app.errors import TransitionRefused
 from workflows_app.models import Execution, Operation
 from workflows_app.states import (
@@ -41,13 +42,32 @@ def send_many(operations):
     """pending/rescheduled -> sending for all of ``operations`` at once (one statement each for
     the rows and their events), and their messages after commit; returns those it moved. A
     child execution's step starts its child instead (``children.send``), each holding its
-    execution (:func:`_holding`)."""
+    execution (:func:`_holding`). A step whose operation has a limit is handed to the gate
+    (``workflows_app.flow.gate``), which sends it once the limit allows."""
     steps = [op for op in operations if op.kind == StepKind.WORKFLOW]
     started = children.send(steps[0].execution, steps) if steps else []
-    moved = operations_transition([op for op in operations if op.kind != StepKind.WORKFLOW], OperationState.SENDING)
+    steps = [op for op in operations if op.kind != StepKind.WORKFLOW]
+    return started + send_admitted(_hold(steps) if _hold is not None else steps)
+
+
+#: ``hold(operations) -> the others``: the gate of operations' limits (``workflows_app.flow.gate``),
+#: which takes the steps a limit governs and sends them through :func:`send_admitted` when the limit
+#: allows. It sits above this module: the app hands it down (:func:`hold_with`).
+_hold = None
+
+
+def hold_with(hold):
+    global _hold
+    _hold = hold
+
+
+def send_admitted(operations):
+    """pending/rescheduled -> sending for ``operations`` (steps of operations, each holding its
+    execution), their messages after commit; returns those it moved."""
+    moved = operations_transition(operations, OperationState.SENDING)
     if moved:
         transaction.on_commit(lambda: publish(moved))
-    return started + moved
+    return moved
 
 
 #: Messages sent between two writes of their ``sent`` state: an agent that gets a message
@@ -119,7 +139,8 @@ def store(execution, operations, failed=None):
     (:func:`send_ready`). A lone operation that may start is stored in ``sending`` at once, with
     its event (``transitions.create_operation``: one statement on PostgreSQL where the INSERT
     and the move took two): every step of an imperative workflow."""
-    if len(operations) == 1 and operations[0].kind == StepKind.OPERATION and _ready(execution, operations, failed):
+    if (len(operations) == 1 and operations[0].kind == StepKind.OPERATION and not governs(operations[0])
+            and _ready(execution, operations, failed)):
         moved = [create_operation(operations[0], OperationState.SENDING)]  # it holds ``execution``
         transaction.on_commit(lambda: publish(moved))
         return
@@ -177,7 +198,9 @@ def _can_progress_sql():
 def send_due_retries(now=None, limit=500):
     """Send every rescheduled operation whose ``next_attempt_at`` has passed (the tick)."""
     now = now or clock.now()
-    due = Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__lte=now).values_list("pk", "execution_id")[:limit]
+    # One that a limit holds back waits for the gate, not for the tick.
+    due = (Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__lte=now, flow_wait="")
+           .values_list("pk", "execution_id")[:limit])
     sent = 0
     for pk, execution_id in due:
         with transaction.atomic():

@@ -14,6 +14,7 @@ from workflows_app import db, values
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import graph as graphs
 from workflows_app.engine import progress
+from workflows_app.flow import gate
 from workflows_app.errors import NonDeterministicWorkflow, ValueRefused
 from workflows_app.models import Operation, OperationDependency
 from workflows_app.registry import get_operation
@@ -95,6 +96,7 @@ def store(execution, known, nodes, *, awaited, failed=None, after=()):
             row.retry_interval = _first(node.options.get("retry_interval"), definition.retry_interval, settings.RETRY_INTERVAL)
             row.retry_backoff = definition.retry_backoff
             row.timeout = _first(node.options.get("timeout"), definition.timeout, None)
+            gate.stamp(row, definition)
         rows.append(row)
     progress.store(execution, rows, failed)
     known.update((row.name, row) for row in rows)

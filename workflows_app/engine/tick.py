@@ -33,6 +33,7 @@ from workflows_app.engine import (
     stopping,
     waits,
 )
+from workflows_app.flow import gate
 from workflows_app.models import Execution, Operation
 from workflows_app.states import (
     EXECUTION_CANCELLING,
@@ -82,6 +83,7 @@ def run_deadlines(now, *, guarded=False):
     another raised (:func:`part`); else the first error is raised (the test harness shows it)."""
     call = part if guarded else _call
     call("send_due_retries", progress.send_due_retries, now)
+    call("flow.drain_waiting", gate.drain_waiting)  # steps a limit held back (the managers also look in between)
     call("fail_timed_out_operations", fail_timed_out_operations, now)
     call("wake_due_executions", wake_due_executions, now)
     call("starts.send_due", starts.send_due, now)
@@ -128,6 +130,7 @@ def next_deadline(after):
     back-off, a started operation's or execution's timeout, a failure's wait for the running
     steps, a cancel's CANCEL_TIMEOUT, a schedule's next slot, a deferred start. The test harness moves its clock there."""
     found = [waits.next_deadline(after), schedules.next_deadline(after), starts.next_deadline(after),
+             gate.next_deadline(after),
              Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__gt=after)
              .aggregate(at=Min("next_attempt_at"))["at"]]
     for started_at, timeout in Operation.objects.filter(state=OperationState.STARTED, timeout__isnull=False) \

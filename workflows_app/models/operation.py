@@ -5,8 +5,10 @@ from django.db import models
 from workflows_app import clock
 from workflows_app.states import (
     OPERATION_ACTIVE,
+    OPERATION_HOLDING_SLOT,
     OPERATION_IN_FLIGHT_OR_WAITING,
     OPERATION_TERMINAL,
+    FlowWait,
     OperationState,
     StepKind,
 )
@@ -72,6 +74,14 @@ class Operation(models.Model):
     # The run of the agent that started the current attempt.
     incarnation = models.CharField(max_length=64, blank=True, default="")
     # One timestamp per state: when the operation last entered it.
+    # Its operation's limits (workflows_app.flow): the keys it counts against ("" for none), set
+    # when it is stored, and what it waits for while a limit holds it back.
+    # A database default too: a process of the version before writes rows without them.
+    rate_key = models.CharField(max_length=255, blank=True, default="", db_default="", editable=False)
+    concurrency_key = models.CharField(max_length=255, blank=True, default="", db_default="", editable=False)
+    flow_wait = models.CharField(max_length=20, choices=FlowWait.choices, blank=True, default="", db_default="",
+                                 editable=False,
+                                 help_text="what it waits for before it may be sent: a limit of its operation")
     pending_at = models.DateTimeField(default=clock.now, editable=False)  # the engine's clock (workflows_app.clock)
     sending_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
@@ -100,6 +110,14 @@ class Operation(models.Model):
             # The tick's look for children that ended without waking their parent.
             models.Index(fields=["execution"], name="operation_child_started",
                          condition=models.Q(state=OperationState.STARTED, kind=StepKind.WORKFLOW)),
+            # The limits of operations (workflows_app.flow): the slots a key's attempts hold, and
+            # the steps that wait, in the order they were asked for.
+            models.Index(fields=["concurrency_key", "state"], name="operation_concurrency_slot",
+                         condition=models.Q(state__in=OPERATION_HOLDING_SLOT) & ~models.Q(concurrency_key="")),
+            models.Index(fields=["operation", "pending_at", "id"], name="operation_flow_waiting",
+                         condition=~models.Q(flow_wait="")),
+            models.Index(fields=["operation", "pending_at", "id"], name="operation_flow_handed_over",
+                         condition=models.Q(flow_wait=FlowWait.QUEUED)),
         ]
 
     def __str__(self):

@@ -1,6 +1,6 @@
 """``manage.py run_manager``: a Celery worker on the management queue that runs dispatchers
-(and operations that name no agent), the inbox that stores what agents report, and the tick that
-keeps every stored deadline."""
+(and operations that name no agent), the inbox that stores what agents report, the tick that
+keeps every stored deadline, and the look for steps that operations' limits hold back."""
 
 import os
 import socket
@@ -9,6 +9,7 @@ import uuid
 from agents.worker import inbox, manager
 from agents.worker.lifecycle import Ticker, WorkerCommand, begin, run_worker
 from workflows_app.conf import workflows_settings
+from workflows_app.flow import gate
 from workflows_app.wire import keys
 
 
@@ -28,5 +29,9 @@ class Command(WorkerCommand):
         manager.on_start()
         incarnation = begin(queue, register=False)
         ticker, reports = Ticker(manager.Tick(), manager.TICK_SECONDS), inbox.Inbox()
+        # Steps a rate limit holds back go the moment their window lets them, not at the next tick.
+        flow = Ticker(gate.drain_waiting, manager.TICK_SECONDS, name="flow")
+        gate.drain_in(flow.wake)  # and a slot freed by a report the inbox stores: at once, on that thread
         run_worker(f"manager {incarnation[:8]}", queue=queue, hostname=f"manager-{uuid.uuid4().hex[:8]}@{socket.gethostname()}",
-                   concurrency=concurrency, loglevel=loglevel, threads=[reports, ticker], stop_first=[ticker], stop_last=[reports])
+                   concurrency=concurrency, loglevel=loglevel, threads=[reports, ticker, flow], stop_first=[ticker, flow],
+                   stop_last=[reports])

@@ -1,11 +1,12 @@
-"""``manage.py start_execution WORKFLOW [--param k=v ...] [--deployment D] [--wait] [--json]``, and
-``manage.py start_execution --rerun-of ID --from-step NAME [--param k=v ...] ...``"""
+"""``manage.py start_execution WORKFLOW [--param k=v ...] [--deployment D] [--idempotency-key KEY] [--wait]
+[--json]``, and ``manage.py start_execution --rerun-of ID --from-step NAME [--param k=v ...] ...``"""
 
 import json
 
 from django.core.management.base import CommandError
 
 from workflows_app import services, values
+from workflows_app.flow import idempotency
 from workflows_app.management.cli import (
     ExecutionCommand,
     call,
@@ -66,6 +67,10 @@ class Command(ExecutionCommand):
                             help="if the deployment has an active execution, run beside it")
         parser.add_argument("--failure-mode", default=None)
         parser.add_argument("--dry-run", action="store_true")
+        parser.add_argument("--idempotency-key", default=None, metavar="KEY",
+                            help="start once: the same command again with the same KEY (within "
+                                 "WORKFLOWS['IDEMPOTENCY_SECONDS']) prints the execution the first one started "
+                                 "instead of starting another; with other arguments it is refused")
         parser.add_argument("--wait", action="store_true",
                             help="follow it to the end, its progress on stderr; exit 1 unless completed")
         parser.add_argument("--timeout", type=wait_seconds, default=None, help="with --wait: give up after this many seconds")
@@ -73,23 +78,29 @@ class Command(ExecutionCommand):
                             help="print the execution as the REST API shows it (with --wait: once it ended)")
 
     def handle(self, *args, workflow, rerun_of, from_step, param, deployment, queue, force, failure_mode, dry_run,
-               wait, timeout, as_json, **options):
+               idempotency_key, wait, timeout, as_json, **options):
         if (workflow is None) == (rerun_of is None):
             raise CommandError("name the workflow to start, or --rerun-of an execution (not both)")
         if (rerun_of is None) != (from_step is None):
             raise CommandError("--rerun-of and --from-step go together")
         options = {"deployment_id": deployment, "failure_mode": failure_mode, "dry_run": dry_run,
-                   "created_by": "manage.py", "queue": queue, "force": force}
-        if rerun_of is not None:
-            original = parse_execution_id(rerun_of)
-            schema = call(get_workflow, Execution.objects.only("workflow_id").get(pk=original).workflow_id).schema
-            parameters = dict(parse_param(p, schema) for p in param) if param else None
-            execution = call(services.rerun, original, from_step, parameters, **options)
-        else:
-            schema = call(get_workflow, workflow).schema
-            parameters = dict(parse_param(p, schema) for p in param)
-            execution = call(services.start, workflow, parameters, **options)
+                   "created_by": "manage.py", "queue": queue, "force": force, "idempotency_key": idempotency_key}
+        try:
+            if rerun_of is not None:
+                original = parse_execution_id(rerun_of)
+                schema = call(get_workflow, Execution.objects.only("workflow_id").get(pk=original).workflow_id).schema
+                parameters = dict(parse_param(p, schema) for p in param) if param else None
+                execution = call(services.rerun, original, from_step, parameters, **options)
+            else:
+                schema = call(get_workflow, workflow).schema
+                parameters = dict(parse_param(p, schema) for p in param)
+                execution = call(services.start, workflow, parameters, **options)
+        except idempotency.IdempotencyConflict as refused:
+            raise CommandError(" ".join(str(refused).split())) from None  # one line, as every refusal
         if not (wait and as_json):  # with both, stdout holds only the execution once it ended
             print_execution(self, execution, as_json, line=lambda execution: str(execution.pk))
+        if execution.idempotent_replay:  # on stderr: stdout is what a start prints, for a script
+            self.stderr.write(f"execution {execution.pk} was started earlier with the idempotency key "
+                              f"{values.shown_name(idempotency_key)}: nothing was started now")
         if wait:
             wait_and_report(self, execution.pk, as_json, timeout)
