@@ -89,3 +89,14 @@ def test_the_concurrency_limits_timing_runs_and_reports_its_cases():
     for case in ("admission, key full, 50 queued on the key", "promotion, 50 queued on the key",
                  "deployment lock: promotion, 50 queued", "plain Celery `send_task`"):
         assert case in done.stdout
+
+
+def test_the_operation_limits_timing_runs_and_reports_what_a_drain_costs():
+    """The in-process part of ``python -m bench.limits`` (the live part starts its own manager and
+    agent for minutes: run by hand, docs/benchmarks.md)."""
+    done = subprocess.run([sys.executable, "-m", "bench.limits", "--skip-live", "--waiting", "20", "--cost-rounds", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for case in ("a slot freed, `drain` sends 1, 20 waiting behind", "the window moved on, `drain` sends 200, 20 waiting",
+                 "no limit: 1 step sent"):
+        assert case in done.stdout
