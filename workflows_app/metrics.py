@@ -5,10 +5,11 @@ Every number is read when it is scraped, from what all processes share — the d
 broker for the reports waiting —, never from one process' memory: every web process answers the
 same, however many managers and web processes run, and none loses anything by restarting.
 
-A scrape runs five queries whatever the number of executions, each grouped in the database: one
+A scrape runs six queries whatever the number of executions, each grouped in the database: one
 scan of the executions (their counts, and the histogram of their durations: a conditional count
 per bucket, a count and a sum), one of the operations (their counts and their two histograms),
-one of the schedules, one of the queued executions, and the agents'. The histograms are of the
+one of the schedules, one of the queued executions, one of the steps held back by their
+operation's limits, and the agents'. The histograms are of the
 ended executions and operations the database holds, so their counts fall when
 ``purge_executions`` deletes some (docs/metrics.md says what that does to ``rate()``).
 

@@ -93,8 +93,16 @@ def carry_on():
         # reports first, or an attempt that ended would be taken for lost and run again.
         inbox.Inbox().drain(DRAIN_SECONDS)
     lost = reconcile_started(started, answers) if started else 0
-    resent = recovery.resend_in_flight()
-    executions = recovery.carry_on_executions()
+    try:
+        resent = recovery.resend_in_flight()
+        executions = recovery.carry_on_executions()
+    except Exception as exc:
+        if outages.is_outage(exc):
+            raise
+        # The broker failed (it restarts): the tick's watch of the broker sends again what was in
+        # flight once it is back, and its sweep what stays unsent; the manager goes on starting.
+        logger.exception("could not send again what was in flight; the tick sends it once the broker answers")
+        resent = executions = 0
     logger.info("carried on %d execution(s); %d operation message(s) sent again; %d started operation(s) lost",
                 executions, resent, lost)
 
