@@ -158,3 +158,21 @@ def test_the_schema_documents_the_key_the_replay_and_the_conflict():
     assert "Idempotent-Replayed" in operation["responses"]["200"]["headers"]
     assert "idempotency_conflict" in operation["responses"]["409"]["description"]
     assert "idempotency_key" in openapi()["components"]["schemas"]["StartExecutionRequest"]["properties"]
+
+
+@pytest.mark.parametrize("key", ["a\x00b", "\ud800", float("nan"), "k" * (3 * 1024 * 1024)])
+def test_a_hostile_key_in_the_body_is_refused_and_starts_nothing(api, key):
+    """A NUL, a lone surrogate, NaN, a 3 MB key: a clear refusal, never a 500; nothing stored."""
+    import json
+
+    body = json.dumps({"workflow_id": "demo", "idempotency_key": key}, allow_nan=True)
+    answer = api.post(f"{API}/executions", body, content_type="application/json")
+    assert answer.status_code in (400, 413), answer.content[:300]
+    assert answer.json()["error_code"] in ("invalid_parameters", "parse_error", "payload_too_large")
+    assert not Execution.objects.exists() and not IdempotencyKey.objects.exists()
+
+
+def test_a_header_key_with_a_control_character_is_refused(api):
+    answer = api.post(f"{API}/executions", {"workflow_id": "demo"}, format="json", HTTP_IDEMPOTENCY_KEY="a\tb")
+    assert_error(answer, 400, "invalid_parameters")
+    assert not Execution.objects.exists()
