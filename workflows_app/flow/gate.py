@@ -32,8 +32,8 @@ from workflows_app import clock
 from workflows_app.engine import policy, progress
 from workflows_app.errors import RegistrationError
 from workflows_app.models import ConcurrencyKey, Operation, RateSend
-from workflows_app.registry import get_operation
 from workflows_app.flow.limits import PERIODS, governs, key_of
+from workflows_app.registry import get_operation
 from workflows_app.states import OPERATION_HOLDING_SLOT, OPERATION_WAITING_TO_SEND, EventType, FlowWait, StepKind
 from workflows_app.transitions import record_events
 
@@ -141,8 +141,7 @@ def drain(name) -> float | None:
         declared = get_operation(name).limits
     except RegistrationError:
         return None
-    waiting = (Operation.objects.filter(operation=name, state__in=OPERATION_WAITING_TO_SEND).exclude(flow_wait="")
-               .order_by("pending_at", "id"))
+    waiting = _waiting().filter(operation=name).order_by("pending_at", "id")
     while True:
         with transaction.atomic():
             _lock(name)
@@ -306,8 +305,7 @@ def next_deadline(after):
             continue
         if rate is None:
             continue
-        keys = (Operation.objects.filter(operation=name, state__in=OPERATION_WAITING_TO_SEND).exclude(flow_wait="")
-                .exclude(rate_key="").order_by().values("rate_key").distinct())
+        keys = _waiting().filter(operation=name).exclude(rate_key="").order_by().values("rate_key").distinct()
         oldest = RateSend.objects.filter(key__in=keys).order_by("sent_at").values_list("sent_at", flat=True).first()
         if oldest is not None:
             found.append(oldest + timedelta(seconds=rate.seconds))
@@ -315,10 +313,14 @@ def next_deadline(after):
     return min(later, default=None)
 
 
+def _waiting():
+    """The steps handed to the gate that are still to be sent."""
+    return Operation.objects.filter(state__in=OPERATION_WAITING_TO_SEND).exclude(flow_wait="")
+
+
 def _waiting_operations() -> list[str]:
     """The operations that have steps waiting for a limit."""
-    waiting = Operation.objects.filter(state__in=OPERATION_WAITING_TO_SEND).exclude(flow_wait="")
-    return list(waiting.order_by().values_list("operation", flat=True).distinct())
+    return list(_waiting().order_by().values_list("operation", flat=True).distinct())
 
 
 def drain_waiting() -> float | None:
