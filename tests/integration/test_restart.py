@@ -224,6 +224,29 @@ def test_a_claim_lost_with_the_manager_that_took_it_is_sent_again_by_its_agent(s
     assert_operation_events_consistent(execution)
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not broker.broker_is_redis(), reason="RabbitMQ gives a dead consumer's messages back itself")
+def test_a_message_its_agent_took_as_it_was_killed_is_sent_again(stack):
+    # On Redis a worker takes a message with BRPOP and only then records it as held (kombu's
+    # unacked hash): an agent SIGKILLed between the two takes the message with it, and its next
+    # run has nothing to give back. Here the message is taken from the queue as that agent would.
+    s = up(stack)
+    stack.stop(s.agents[s.h1])
+    execution = services.start("it_single", {"agent": s.h1, "tag": "lost-message", "seconds": 0.1})
+    step = stack.wait_for_operation(execution.pk, "long", "sent")
+    with kombu.Connection(settings.CELERY_BROKER_URL) as connection:
+        message = connection.channel().basic_get(s.h1, no_ack=True)
+    assert message.headers["id"] == f"{step.pk}.{step.attempt}", message.headers
+    # As if it had been sent a minute ago (RESEND_AFTER_SECONDS), without the test waiting for it.
+    Operation.objects.filter(pk=step.pk).update(sending_at=timezone.now() - timedelta(seconds=60))
+    stack.start_agent(s.h1, concurrency=1)
+    assert finish(stack, execution, "completed", timeout=60).payload == {"result": "lost-message"}
+    step.refresh_from_db()
+    assert (step.state, step.attempt) == ("succeeded", 1), "the same attempt, sent again"
+    assert ran(stack, "lost-message") == 1
+    assert_operation_events_consistent(execution)
+
+
 def drop_claim(stack, step, timeout=60):
     """Take the agent's claim of ``step`` from the reports queue and drop it, as a manager killed
     as it takes it would; the other reports it reads go back to the queue when it closes."""

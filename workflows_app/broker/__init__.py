@@ -529,3 +529,35 @@ def give_back_held(queue) -> int:
         for tag in held:
             channel.qos.restore_by_tag(tag, leftmost=True)
     return len(held)
+
+
+def task_ids_held(queue, limit):
+    """The task ids of the messages that wait in ``queue`` or that a consumer took from it and has
+    not acknowledged yet (kombu's ``unacked`` hash): on Redis, every message that is somewhere
+    for it. None when the broker cannot say — RabbitMQ, whose queues are not read without taking
+    their messages, and a queue that holds more than ``limit`` messages (a backlog, not read
+    through). A message that is not kombu's (anyone may push onto the list) names no task."""
+    if _outlet is not None or not broker_is_redis():
+        return None
+    with current_app.connection_for_read() as connection:
+        channel = connection.default_channel
+        with channel.conn_or_acquire() as client:
+            lists = [channel._q_for_pri(queue, step) for step in channel.priority_steps]
+            if sum(client.llen(name) for name in lists) > limit:
+                return None
+            messages = [_envelope(raw) for name in lists for raw in client.lrange(name, 0, -1)]
+            for _tag, entry in client.hscan_iter(channel.unacked_key):
+                if _held_for(entry) == queue:
+                    messages.append(_envelope(entry, held=True))
+    ids = {(message.get("headers") or {}).get("id") for message in messages if isinstance(message, dict)}
+    return {task_id for task_id in ids if isinstance(task_id, str)}
+
+
+def _envelope(raw, *, held=False):
+    """A kombu message as Redis keeps it (in a queue's list; ``held``: its ``unacked`` entry,
+    ``[message, exchange, routing key]``), or None for anything else."""
+    try:
+        envelope = json.loads(raw)
+        return envelope[0] if held else envelope
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None

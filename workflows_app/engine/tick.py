@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from django.db.models import Min
 
-from workflows_app import broker, clock, outages, wire
+from workflows_app import broker, clock, outages, values, wire
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import (
     children,
@@ -35,6 +35,7 @@ from workflows_app.engine import (
 )
 from workflows_app.flow import gate
 from workflows_app.models import Execution, Operation
+from workflows_app.models.operation import task_id_for
 from workflows_app.states import (
     EXECUTION_CANCELLING,
     ExecutionStatus,
@@ -203,6 +204,7 @@ def resend_stuck_messages(now):
     stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
     progress.publish(Operation.objects.filter(state=OperationState.SENDING, sending_at__lte=stale))
     resend_held_by_dead_managers(now)
+    resend_lost_from_agent_queues(now)
     unstarted = list(starts.stale_unstarted(stale).order_by().values_list("pk", flat=True))
     # One that only waits for an event or a timer is moved by the event's advance or the tick.
     after, upto = _next_batch()
@@ -263,6 +265,45 @@ def resend_held_by_dead_managers(now):
                    len(overdue), wire.claim_seconds())
     progress.publish(overdue)
     return len(overdue)
+
+
+#: An agent's queue holding more messages than this is not read through by
+#: :func:`resend_lost_from_agent_queues`: what is sent to it is behind a backlog, and looked for
+#: once the backlog is shorter.
+AGENT_QUEUE_READ_LIMIT = 2000
+
+
+def resend_lost_from_agent_queues(now):
+    """An operation ``sent`` to an agent RESEND_AFTER_SECONDS ago and still not started whose
+    message is nowhere — neither waiting in the agent's queue nor held unacknowledged by a
+    consumer of it — is sent again (same attempt: were it somewhere after all, its second
+    delivery is dropped by fencing), and its time of sending moves on; returns how many.
+
+    Why: on Redis a worker takes a message with ``BRPOP`` and only then records it as held
+    (kombu's ``unacked`` hash). An agent killed (SIGKILL, the OOM killer) between the two loses
+    the message: its next run gives back what it held, and this was not held. Redis only
+    (:func:`broker.task_ids_held`): RabbitMQ gives a dead consumer's messages back itself."""
+    stale = now - timedelta(seconds=RESEND_AFTER_SECONDS)
+    overdue = list(Operation.objects.filter(state=OperationState.SENT, sending_at__lte=stale, kind=StepKind.OPERATION,
+                                            execution__status=ExecutionStatus.STARTED)
+                   .exclude(agent=workflows_settings.MANAGEMENT_QUEUE))
+    lost = []
+    for agent in sorted({op.agent for op in overdue}):
+        held = broker.task_ids_held(agent, AGENT_QUEUE_READ_LIMIT)
+        if held is not None:
+            lost += [op for op in overdue if op.agent == agent and task_id_for(op.pk, op.attempt) not in held]
+    # Those started (or moved on) while the queues were read are not sent again.
+    still = set(Operation.objects.filter(pk__in=[op.pk for op in lost], state=OperationState.SENT)
+                .values_list("pk", "attempt"))
+    lost = [op for op in lost if (op.pk, op.attempt) in still]
+    if not lost:
+        return 0
+    Operation.objects.filter(pk__in=[op.pk for op in lost], state=OperationState.SENT).update(sending_at=now)
+    logger.warning("%d operation(s) sent again: still not started %ss after they were sent, and their messages are in "
+                   "no agent's queue (%s)", len(lost), RESEND_AFTER_SECONDS,
+                   ", ".join(sorted({values.shown_name(op.agent) for op in lost})))
+    progress.publish(lost)
+    return len(lost)
 
 
 def _next_batch():
