@@ -34,7 +34,7 @@ from workflows_app.engine import reports, steps
 from workflows_app.engine.graph import resolve
 from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Event, Operation
-from workflows_app.states import OPERATION_IN_FLIGHT, EventType, ExecutionStatus, OperationState
+from workflows_app.states import EXECUTION_CLAIMABLE, OPERATION_IN_FLIGHT, EventType, OperationState
 from workflows_app.transitions import claim_operation, operation_transition, record_event
 from workflows_app.wire import keys
 
@@ -122,7 +122,7 @@ def _refusal(operation, attempt, report, data):
     """None when the attempt was moved to ``started`` here; else the answer that says why not."""
     if attempt != operation.attempt:
         return _drop(operation, attempt, f"attempt {operation.attempt} is current")
-    if operation.execution.status != ExecutionStatus.STARTED:
+    if operation.execution.status not in EXECUTION_CLAIMABLE:
         return _drop(operation, attempt, f"the execution is {operation.execution.status}")
     if operation.state == OperationState.STARTED:
         # A second delivery of a started attempt: the agent that started it still runs it, or

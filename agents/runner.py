@@ -46,6 +46,7 @@ from workflows_app.broker import RUNNER_TASK, TASK_OPTIONS
 from workflows_app.engine import reports
 from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, ValueRefused
 from workflows_app.registry import get_operation
+from workflows_app.tracing import attempts
 from workflows_app.wire import keys
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def run_operation(operation_id, attempt, proof=None, **unexpected):
         return
     try:
         ctx = OperationContext(operation_id, attempt, answer)
-        outcome = _run(ctx, answer)
+        outcome = attempts.run(_run, ctx, answer, run_operation.request)  # in the attempt's span
         terminated = outcome.pop("terminated", None)
         if outcome.pop("lost", False):  # SystemExit, KeyboardInterrupt, SIGTERM (agents.worker.deaths)
             _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=outcome["error"]["message"])

@@ -9,7 +9,10 @@ import os
 
 from celery import Celery
 
+from switchyard import telemetry
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "switchyard.settings")
+telemetry.configure_or_exit()  # OpenTelemetry's SDK, when OTEL_TRACES_EXPORTER asks for it
 
 app = Celery("switchyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -163,6 +163,17 @@ class ActionRefused(TransitionRefused):
         return f"cannot {self.action} execution {self.pk}: it is {self.status} ({self.action} is allowed from {allowed})"
 
 
+class WorkflowActionRefused(TransitionRefused):
+    """Pause of a workflow paused already, or unpause of one that is not; nothing was changed."""
+
+    def __init__(self, action="", workflow_id="", paused=False):
+        super().__init__(action, workflow_id, paused)
+        self.action, self.workflow_id, self.paused = action, workflow_id, paused
+
+    def __str__(self):
+        return f"cannot {self.action} workflow {self.workflow_id}: it is {'paused' if self.paused else 'not paused'}"
+
+
 class ConfigurationError(SwitchyardError):
     """WORKFLOWS settings that cannot work (an unknown key, a value of the wrong kind)."""
 

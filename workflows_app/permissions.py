@@ -9,6 +9,8 @@ action             needs
 ``start``          ``add_execution``
 ``cancel``,        ``change_execution``
 ``resume``,
+``pause``,
+``unpause``,
 ``send_event``
 ``kill``,          ``change_execution`` and ``force_execution``
 ``force-cancel``,
@@ -63,7 +65,8 @@ REQUIRED = {
     "schedule": (START,),
     "trigger": (START,),
     "change": (CHANGE,),
-    "pause": (CHANGE,),
+    "pause": (CHANGE,),  # an execution's or a schedule's
+    "unpause": (CHANGE,),
 }
 #: How a refusal names each action.
 _VERBS = {"view": "view", "start": "start", "send_event": "send an event to"}

@@ -11,9 +11,12 @@ from django.db import DatabaseError, transaction
 
 from workflows_app import broker, permissions, values
 from workflows_app.engine import reruns, resuming, starts, stopping, waits
-from workflows_app.errors import ActionRefused, ParameterError
+from workflows_app.errors import ActionRefused, ParameterError, WorkflowActionRefused
 from workflows_app.flow import idempotency
-from workflows_app.models import Event, Execution
+from workflows_app.models import Event, Execution, PausedWorkflow
+from workflows_app.pausing import executions as pausing
+from workflows_app.pausing import workflows as workflow_pausing
+from workflows_app.registry import get_workflow
 from workflows_app.states import (
     EXECUTION_FORCE_RESUMABLE,
     EXECUTION_RESUMABLE,
@@ -202,9 +205,51 @@ def force_resume(execution_id, *, user=None) -> Execution:
     return _resume(execution_id, "force-resume", EXECUTION_FORCE_RESUMABLE, OPERATION_FORCE_RESUMABLE, user)
 
 
+def pause(execution_id, *, user=None) -> Execution:
+    """Pause a ``started`` execution: ``paused``; nothing new is sent (no step, no retry, no step a
+    limit held back) until it is unpaused; what runs goes on and its outcome is stored; timers
+    keep their deadlines and fire on unpause; events sent to it are kept."""
+    return _move(execution_id, "pause", (ExecutionStatus.STARTED,), pausing.pause, user)
+
+
+def unpause(execution_id, *, user=None) -> Execution:
+    """Unpause a ``paused`` execution: ``started`` again; it carries on with what came meanwhile."""
+    return _move(execution_id, "unpause", (ExecutionStatus.PAUSED,), pausing.unpause, user)
+
+
+def pause_workflow(workflow_id, *, user=None) -> PausedWorkflow:
+    """Pause the workflow ``workflow_id`` as a whole: its new executions wait ``queued`` and its
+    schedules' slots are recorded ``skipped`` until it is unpaused; its running executions go on.
+    ``RegistrationError`` for a workflow that is not registered; ``WorkflowActionRefused`` when it
+    is paused already."""
+    get_workflow(workflow_id)
+    permissions.check(user, "pause", workflow_id, target=f"workflow {workflow_id}")
+    with transaction.atomic():
+        paused, created = workflow_pausing.pause(workflow_id, by=getattr(user, "username", "") or "")
+        if not created:
+            raise WorkflowActionRefused("pause", workflow_id, paused=True)
+    return paused
+
+
+def unpause_workflow(workflow_id, *, user=None) -> int:
+    """Unpause the workflow ``workflow_id``: its queued executions start, in the order they were
+    created (each when its concurrency keys have room); returns how many started.
+    ``WorkflowActionRefused`` when it is not paused."""
+    get_workflow(workflow_id)
+    permissions.check(user, "unpause", workflow_id, target=f"workflow {workflow_id}")
+    if not PausedWorkflow.is_paused(workflow_id):
+        raise WorkflowActionRefused("unpause", workflow_id, paused=False)
+    return workflow_pausing.unpause(workflow_id)
+
+
+#: The actions on a workflow as a whole, by the name every entry point uses.
+WORKFLOW_ACTIONS = {"pause": pause_workflow, "unpause": unpause_workflow}
+
+
 #: The actions on an execution, by the name every entry point uses; each takes
 #: the execution's id and, as a keyword, the ``user`` it acts for.
-ACTIONS = {"cancel": cancel, "force-cancel": force_cancel, "kill": kill, "resume": resume, "force-resume": force_resume}
+ACTIONS = {"cancel": cancel, "force-cancel": force_cancel, "kill": kill, "resume": resume, "force-resume": force_resume,
+           "pause": pause, "unpause": unpause}
 #: The actions that do not wait for the workflow: the admin asks for a confirmation first.
 FORCE_ACTIONS = frozenset({"kill", "force-cancel", "force-resume"})
 
@@ -220,6 +265,8 @@ def actions_for(status) -> list[str]:
         "kill": status not in EXECUTION_TERMINAL,
         "resume": status in EXECUTION_RESUMABLE,
         "force-resume": status in EXECUTION_FORCE_RESUMABLE,
+        "pause": status == ExecutionStatus.STARTED,
+        "unpause": status == ExecutionStatus.PAUSED,
     }
     return [action for action in ACTIONS if allowed[action]]
 
@@ -230,6 +277,13 @@ def _resume(execution_id, action, allowed, reset_states, user) -> Execution:
     with transaction.atomic():
         execution = _refuse_unless(_locked_or_stop_dispatcher(execution_id), action, allowed)
         return resuming.resume(execution, action, reset_states)
+
+
+def _move(execution_id, action, allowed, move, user) -> Execution:
+    """``move(execution)`` under the execution's row lock, once ``user`` may take ``action`` and
+    the execution is in one of ``allowed``."""
+    with transaction.atomic():
+        return move(_refuse_unless(_check(user, action, _locked(execution_id)), action, allowed))
 
 
 def _replayed(execution, replayed) -> Execution:

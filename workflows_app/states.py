@@ -12,6 +12,7 @@ class ExecutionStatus(models.TextChoices):
     PENDING = "pending"
     QUEUED = "queued"
     STARTED = "started"
+    PAUSED = "paused"
     CANCELLING = "cancelling"
     FORCE_CANCELLING = "force_cancelling"
     KILL_CANCELLING = "kill_cancelling"
@@ -66,6 +67,8 @@ class SlotOutcome(models.TextChoices):
 class EventType(models.TextChoices):
     WORKFLOW_STARTED = "workflow_started"
     WORKFLOW_RESUMED = "workflow_resumed"
+    WORKFLOW_PAUSED = "workflow_paused"
+    WORKFLOW_UNPAUSED = "workflow_unpaused"
     WORKFLOW_CANCELLING = "workflow_cancelling"
     WORKFLOW_COMPLETED = "workflow_completed"
     WORKFLOW_FAILED = "workflow_failed"
@@ -97,6 +100,12 @@ EXECUTION_WAITING = frozenset({_E.PENDING, _E.QUEUED})
 EXECUTION_CANCELLING = frozenset({_E.CANCELLING, _E.FORCE_CANCELLING, _E.KILL_CANCELLING})
 #: A dispatcher carries these on.
 EXECUTION_RUNNING = frozenset({_E.STARTED}) | EXECUTION_CANCELLING
+#: Their operations may still run on the workers (a paused execution sends nothing new, but what
+#: it sent goes on): a starting manager reconciles what runs of these.
+EXECUTION_WITH_ATTEMPTS = EXECUTION_RUNNING | {_E.PAUSED}
+#: An agent's claim of an attempt of these is answered "run": a paused execution's attempts that
+#: were sent before the pause go on, as its started ones do.
+EXECUTION_CLAIMABLE = (_E.STARTED, _E.PAUSED)
 #: These hold their deployment: a new execution of it is refused or waits, queued.
 EXECUTION_HOLDING_DEPLOYMENT = frozenset(EXECUTION_ACTIVE - {_E.QUEUED})
 #: Where resume and force-resume are allowed (in this order in their refusals).
@@ -111,7 +120,9 @@ EXECUTION_TRANSITIONS = {
     _E.QUEUED: frozenset({_E.PENDING, _E.CANCELLED}),
     # started -> started: resume of a stuck execution (new token, same status).
     _E.STARTED: frozenset({_E.COMPLETED, _E.FAILED, _E.TIMED_OUT, _E.CANCELLING,
-                           _E.FORCE_CANCELLING, _E.KILL_CANCELLING, _E.STARTED}),
+                           _E.FORCE_CANCELLING, _E.KILL_CANCELLING, _E.STARTED, _E.PAUSED}),
+    # paused -> started: unpause. Cancel, force-cancel and kill work as from started.
+    _E.PAUSED: frozenset({_E.STARTED, _E.CANCELLING, _E.FORCE_CANCELLING, _E.KILL_CANCELLING}),
     _E.CANCELLING: frozenset({_E.CANCELLED, _E.FAILED, _E.FORCE_CANCELLING, _E.KILL_CANCELLING}),
     _E.FORCE_CANCELLING: frozenset({_E.CANCELLED, _E.KILL_CANCELLING}),
     _E.KILL_CANCELLING: frozenset({_E.CANCELLED}),
@@ -159,7 +170,8 @@ OPERATION_STATE_TIMESTAMP = {state: f"{state.value}_at" for state in _O}
 def execution_event_type(source, target):
     """The event that records an execution's move from ``source`` to ``target``."""
     if target == _E.STARTED:
-        return EventType.WORKFLOW_STARTED if source == _E.PENDING else EventType.WORKFLOW_RESUMED
+        return {_E.PENDING: EventType.WORKFLOW_STARTED, _E.PAUSED: EventType.WORKFLOW_UNPAUSED}.get(
+            source, EventType.WORKFLOW_RESUMED)
     return _EXECUTION_EVENT_BY_TARGET[target]
 
 
@@ -167,6 +179,7 @@ _EXECUTION_EVENT_BY_TARGET = {
     # Entering and leaving the queue has no event type of its own: a log line.
     _E.PENDING: EventType.LOG,
     _E.QUEUED: EventType.LOG,
+    _E.PAUSED: EventType.WORKFLOW_PAUSED,
     _E.CANCELLING: EventType.WORKFLOW_CANCELLING,
     _E.FORCE_CANCELLING: EventType.WORKFLOW_CANCELLING,
     _E.KILL_CANCELLING: EventType.WORKFLOW_CANCELLING,

@@ -33,6 +33,7 @@ from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, Tr
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.models.execution import hash_token, new_token
 from workflows_app.states import (
+    EXECUTION_CLAIMABLE,
     EXECUTION_TERMINAL,
     EXECUTION_TRANSITIONS,
     OPERATION_EVENT_BY_TARGET,
@@ -277,8 +278,9 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
 
 
 #: What a completion reads of the execution it locks (the payload, which may be large, is not;
-#: the workflow id names the messages it sends, in Flower, and the priority places them).
-LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode", "workflow_id", "priority")
+#: the workflow id names the messages it sends, in Flower, the priority places them, and the
+#: trace context goes in their headers: workflows_app.broker.LABEL_FIELDS).
+LOCKED_EXECUTION_FIELDS = ("id", "status", "failure_mode", "workflow_id", "priority", "trace_context")
 #: The columns an event statement of this module writes, in its order.
 EVENT_COLUMNS = ("execution", "operation", "type", "message", "data", "timestamp")
 
@@ -362,7 +364,8 @@ def _update_with_event_sql(model, names, conditions, share_lock_execution=False)
 def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
     """PostgreSQL: an agent's claim of an attempt in one statement — ``sent`` (or ``sending``:
     the message overtook its sender's write of ``sent``) -> ``started``, only while the attempt
-    is current and its execution is ``started``, with its event (and the ``sent`` one it skipped).
+    is current and its execution is ``started`` (or ``paused``: it was sent before the pause), with
+    its event (and the ``sent`` one it skipped).
     Returns the operation, loaded by that statement, with ``dry_run`` (its execution's
     ``is_dry_run``); ``None`` when it did not move (or on another database): the caller then
     loads the operation and finds out why (``agents.runner``)."""
@@ -374,7 +377,7 @@ def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
     started_event = {"from": sent.value, "to": started.value, "attempt": attempt, **(data or {})}
     params = [
         Operation._meta.pk.get_db_prep_value(operation_id, connection), attempt, OperationState.SENDING.value, sent.value,
-        ExecutionStatus.STARTED.value,
+        *EXECUTION_CLAIMABLE,
         started.value, now, incarnation, OperationState.SENDING.value, now,
         now,
         OPERATION_EVENT_BY_TARGET[sent].value, f"{OperationState.SENDING} -> {sent}", json.dumps(sent_event),
@@ -402,7 +405,7 @@ def _claim_sql():
         f"WITH old AS (SELECT o.{pk}, o.{state} AS was, e.{column(ex_meta, 'is_dry_run')} AS dry_run "
         f"FROM {table} o JOIN {q(ex_meta.db_table)} e ON e.{column(ex_meta, 'id')} = o.{column(op_meta, 'execution')} "
         f"WHERE o.{pk} = %s AND o.{column(op_meta, 'attempt')} = %s AND o.{state} IN (%s, %s) "
-        f"AND e.{column(ex_meta, 'status')} = %s FOR UPDATE OF o), "
+        f"AND e.{column(ex_meta, 'status')} IN ({', '.join(['%s'] * len(EXECUTION_CLAIMABLE))}) FOR UPDATE OF o), "
         f"moved AS (UPDATE {table} SET {state} = %s, {column(op_meta, 'started_at')} = %s, "
         f"{column(op_meta, 'incarnation')} = %s, {column(op_meta, 'sent_at')} = "
         f"CASE WHEN old.was = %s THEN %s ELSE {table}.{column(op_meta, 'sent_at')} END "

@@ -42,7 +42,7 @@ from workflows_app import broker, outages, retention
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import recovery, reports, tick
 from workflows_app.models import Operation
-from workflows_app.states import EXECUTION_RUNNING, OperationState, StepKind
+from workflows_app.states import EXECUTION_WITH_ATTEMPTS, OperationState, StepKind
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def carry_on():
     every active execution."""
     # A child execution's step runs on no worker: its child is carried on as an execution.
     started = list(Operation.objects.filter(state=OperationState.STARTED, kind=StepKind.OPERATION,
-                                            execution__status__in=EXECUTION_RUNNING))
+                                            execution__status__in=EXECUTION_WITH_ATTEMPTS))
     try:
         answers = ask_workers() if started else {}
     except Exception:  # the broker is not up yet: heartbeats and the tick reconcile later

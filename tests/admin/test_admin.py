@@ -302,11 +302,11 @@ def test_the_page_offers_what_the_status_allows_and_the_user_may(operator, force
     def buttons(client, execution):
         return re.findall(r'data-action="([a-z-]+)"', client.get(page_url(execution)).content.decode())
 
-    assert buttons(forcer, started) == ["cancel", "force-cancel", "kill", "resume"]
+    assert buttons(forcer, started) == ["cancel", "force-cancel", "kill", "resume", "pause"]
     assert buttons(forcer, failed) == ["resume", "force-resume"]
     user = get_user_model().objects.get(username="operator")
     user.user_permissions.remove(Permission.objects.get(codename="force_execution"))
-    assert buttons(operator, started) == ["cancel", "resume"]
+    assert buttons(operator, started) == ["cancel", "resume", "pause"]
 
 
 def test_cancel_calls_the_service_and_says_what_happened(operator, running):

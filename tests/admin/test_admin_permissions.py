@@ -25,15 +25,15 @@ PERMISSIONS = {"nobody": (), "viewer": VIEWER, "operator": OPERATOR, "forcer": F
 BUTTONS = {
     "nobody": ([], []),
     "viewer": ([], []),
-    "operator": (["cancel", "resume"], ["resume"]),
-    "forcer": (["cancel", "force-cancel", "kill", "resume"], ["resume", "force-resume"]),
-    "superuser": (["cancel", "force-cancel", "kill", "resume"], ["resume", "force-resume"]),
+    "operator": (["cancel", "resume", "pause"], ["resume"]),
+    "forcer": (["cancel", "force-cancel", "kill", "resume", "pause"], ["resume", "force-resume"]),
+    "superuser": (["cancel", "force-cancel", "kill", "resume", "pause"], ["resume", "force-resume"]),
 }
 LIST_ACTIONS = {
     "viewer": [],
-    "operator": ["cancel_selected", "resume_selected"],
+    "operator": ["cancel_selected", "resume_selected", "pause_selected", "unpause_selected"],
     "forcer": ["cancel_selected", "force_cancel_selected", "kill_selected", "resume_selected",
-               "force_resume_selected"],
+               "force_resume_selected", "pause_selected", "unpause_selected"],
 }
 
 
@@ -116,7 +116,7 @@ def test_a_forged_post_of_an_action_the_user_may_not_take_is_a_message_and_chang
     assert response.status_code == 200 and b"Are you sure" not in response.content, "no confirmation page first"
     [said] = messages_of(response)
     assert said.startswith(f"{action} refused: {kind} may not") and str(execution.pk) in said, said
-    needed = "workflows_app.force_execution" if action not in ("cancel", "resume") else "workflows_app.change_execution"
+    needed = "workflows_app.force_execution" if action not in ("cancel", "resume", "pause") else "workflows_app.change_execution"
     assert needed in said
     response = client.post(act_url(execution), {"action": action, "confirmed": "yes"}, follow=True)
     assert messages_of(response)[0].startswith(f"{action} refused:")
@@ -176,7 +176,7 @@ def test_with_the_workflows_own_permission_its_executions_are_shown_and_steered(
     _, hidden = two
     client = login("forcer", GUARDED_PERMISSION)
     assert str(hidden.pk)[:8] in client.get(LIST).content.decode()
-    assert buttons(client.get(page_url(hidden))) == ["cancel", "force-cancel", "kill", "resume"]
+    assert buttons(client.get(page_url(hidden))) == ["cancel", "force-cancel", "kill", "resume", "pause"]
     assert f"step-of-{GUARDED}" in client.get(reverse("admin:workflows_app_operation_changelist")).content.decode()
     response = client.post(act_url(hidden), {"action": "cancel"}, follow=True)
     assert messages_of(response) == [f"cancel: execution {hidden.pk} is now cancelling"]

@@ -69,11 +69,13 @@ def _utc_timestamp(value):
 
 
 def _operation_for(method, path):
-    for template, item in openapi()["paths"].items():
-        pattern = re.escape(template).replace(r"\{id\}", "[^/]+") + "/?"
-        if re.fullmatch(pattern, path) and method.lower() in item:
-            return template, item[method.lower()]
-    return None, None
+    matches = [template for template in openapi()["paths"]
+               if re.fullmatch(re.escape(template).replace(r"\{id\}", "[^/]+") + "/?", path)]
+    if not matches:
+        return None, None
+    # A path without a parameter wins over a template that matches it too: executions/bulk, not executions/{id}.
+    template = min(matches, key=lambda t: t.count("{"))
+    return template, openapi()["paths"][template].get(method.lower())
 
 
 def assert_conforms(response):

@@ -1,4 +1,5 @@
-"""POST /api/v1/executions/{id}: cancel, force-cancel, kill, resume, force-resume."""
+"""POST /api/v1/executions/{id}: cancel, force-cancel, kill, resume, force-resume, pause, unpause; POST
+/api/v1/workflows/{id}: pause and unpause a workflow as a whole."""
 
 import uuid
 
@@ -113,7 +114,7 @@ def test_another_string_is_unknown_action(api, running, action):
     if "\x00" in action:
         assert_error(response, 400, "invalid_parameters")
     else:
-        assert "cancel, force-cancel, kill, resume, force-resume" in assert_error(response, 400, "unknown_action")[
+        assert "cancel, force-cancel, kill, resume, force-resume, pause, unpause" in assert_error(response, 400, "unknown_action")[
             "message"]
     assert Execution.objects.get(pk=running.pk).status == ExecutionStatus.STARTED
 
@@ -122,3 +123,46 @@ def test_another_string_is_unknown_action(api, running, action):
 def test_an_action_on_an_unknown_execution_is_not_found(force_api, db, execution_id):
     response = force_api.post(f"{API}/executions/{execution_id}", {"action": "kill"}, format="json")
     assert_error(response, 404, "not_found")
+
+
+# --- pause and unpause ---------------------------------------------------------------------------
+
+def test_pause_and_unpause_need_no_force_permission_and_answer_the_execution(api, running):
+    response = act(api, running, {"action": "pause"})
+    assert response.status_code == 200 and response.json()["status"] == "paused", response.content
+    assert act(api, running, {"action": "unpause"}).json()["status"] == "started"
+    assert Execution.objects.get(pk=running.pk).status == "started"
+
+
+@pytest.mark.parametrize("action, status", [("pause", "paused"), ("pause", "pending"), ("pause", "completed"),
+                                            ("unpause", "started"), ("unpause", "cancelling")])
+def test_a_pause_or_unpause_the_status_does_not_allow_is_invalid_transition(api, make_execution, action, status):
+    execution = make_execution(status=status)
+    body = assert_error(act(api, execution, {"action": action}), 409, "invalid_transition")
+    assert f"cannot {action} execution {execution.pk}: it is {status}" in body["message"]
+    assert Execution.objects.get(pk=execution.pk).status == status
+
+
+def act_on_workflow(client, workflow_id, body):
+    return client.post(f"{API}/workflows/{workflow_id}", body, format="json")
+
+
+def test_a_workflow_is_paused_and_unpaused_as_a_whole(api):
+    response = act_on_workflow(api, "demo", {"action": "pause"})
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["workflow_id"], body["paused"], body["paused_by"], body["started"]) == ("demo", True, "alice", None)
+    listed = {w["name"]: w["paused"] for w in api.get(f"{API}/workflows").json()["results"]}
+    assert listed["demo"] is True and not any(paused for name, paused in listed.items() if name != "demo")
+    assert_error(act_on_workflow(api, "demo", {"action": "pause"}), 409, "invalid_transition")
+    body = act_on_workflow(api, "demo", {"action": "unpause"}).json()
+    assert (body["paused"], body["started"]) == (False, 0)
+    assert_error(act_on_workflow(api, "demo", {"action": "unpause"}), 409, "invalid_transition")
+
+
+def test_a_workflow_action_is_refused_clearly(api, client):
+    assert_error(act_on_workflow(api, "no_such_workflow", {"action": "pause"}), 404, "not_found")
+    assert "pause, unpause" in assert_error(act_on_workflow(api, "demo", {"action": "cancel"}), 400,
+                                            "unknown_action")["message"]
+    assert_error(act_on_workflow(api, "demo", {"action": "pause", "extra": 1}), 400, "invalid_parameters")
+    assert client.post(f"{API}/workflows/demo", {"action": "pause"}, content_type="application/json").status_code in (401, 403)

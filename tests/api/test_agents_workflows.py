@@ -53,12 +53,12 @@ def test_workflows_lists_the_registered_workflows_with_their_parameters(api, mon
     limits = queries.operation_limits()
     assert all(row["operation_limits"] == limits for row in rows.values())
     assert rows["demo"] == {"name": "demo", "failure_mode": "no_new_calls", "timeout": None, "concurrency": None,
-                            "concurrency_key": None, "operation_limits": limits, "parameters": [
+                            "concurrency_key": None, "operation_limits": limits, "paused": False, "parameters": [
         {"name": "n", "required": False, "default": 3}, {"name": "agent", "required": False, "default": "local"}],
         "schema": {"type": "object", "properties": {"n": {"default": 3}, "agent": {"default": "local"}},
                    "additionalProperties": False}}
     assert rows["needs"] == {"name": "needs", "failure_mode": "fail_fast", "timeout": 30, "concurrency": None,
-                             "concurrency_key": None, "operation_limits": limits, "parameters": [
+                             "concurrency_key": None, "operation_limits": limits, "paused": False, "parameters": [
         {"name": "size", "required": True, "default": None}, {"name": "colour", "required": False, "default": "red"},
         {"name": "when", "required": False, "default": None}],
         "schema": {"type": "object", "properties": {"size": {}, "colour": {"default": "red"}, "when": {"default": None}},

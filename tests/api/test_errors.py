@@ -115,7 +115,7 @@ def test_a_method_a_path_does_not_take_is_405(api, started, method):
 
 
 @pytest.mark.parametrize("path", ["/", "/nope", "/executions/x/y", f"/executions/{UNKNOWN_ID}/cancel",
-                                  "/workflows/demo", "/agents/local", "/events/1", "/v2/executions"])
+                                  "/workflows/demo/steps", "/agents/local", "/events/1", "/v2/executions"])
 def test_any_other_path_under_the_api_is_a_json_404(api, path):
     assert_error(api.get(API + path), 404, "not_found")
     assert_error(api.post(API + path, {}, format="json"), 404, "not_found")

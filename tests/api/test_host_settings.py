@@ -52,8 +52,9 @@ from tests import UNKNOWN_ID
 ROOT = Path(__file__).resolve().parents[2]
 HOST_SETTINGS = "tests.api.host_settings"
 OPERATIONS = {
-    ("get", "workflows"), ("post", "executions"), ("get", "executions"), ("get", "executions/{id}"),
-    ("post", "executions/{id}"), ("get", "executions/{id}/operations"), ("get", "executions/{id}/graph"),
+    ("get", "workflows"), ("post", "workflows/{id}"), ("post", "executions"), ("get", "executions"), ("get", "executions/{id}"),
+    ("post", "executions/{id}"), ("post", "executions/bulk"), ("get", "executions/{id}/operations"),
+    ("get", "executions/{id}/graph"),
     ("post", "executions/{id}/events"), ("get", "events"), ("get", "agents"),
     ("get", "schedules"), ("post", "schedules"), ("get", "schedules/{id}"), ("patch", "schedules/{id}"),
     ("delete", "schedules/{id}"), ("post", "schedules/{id}"), ("get", "metrics"),

@@ -37,7 +37,7 @@ LISTS = [
     ("/events", 2),
     ("/events?type=log&after=0", 2),
     ("/agents", 2),
-    ("/workflows", 0),
+    ("/workflows", 1),  # the workflows paused as a whole
     ("/executions/{id}", 2),  # the execution, and one grouped count per state
     ("/executions/{id}/graph", 3),  # the execution, its operations, its dependencies
 ]

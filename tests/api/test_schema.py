@@ -14,8 +14,8 @@ from workflows_app import registry
 from workflows_app.api.schema import SchemaGenerator
 
 SPEC_OPERATIONS = {
-    ("get", "/api/v1/workflows"), ("post", "/api/v1/executions"), ("get", "/api/v1/executions"),
-    ("get", "/api/v1/executions/{id}"), ("post", "/api/v1/executions/{id}"),
+    ("get", "/api/v1/workflows"), ("post", "/api/v1/workflows/{id}"), ("post", "/api/v1/executions"), ("get", "/api/v1/executions"),
+    ("get", "/api/v1/executions/{id}"), ("post", "/api/v1/executions/{id}"), ("post", "/api/v1/executions/bulk"),
     ("get", "/api/v1/executions/{id}/operations"), ("get", "/api/v1/executions/{id}/graph"),
     ("post", "/api/v1/executions/{id}/events"), ("get", "/api/v1/events"), ("get", "/api/v1/agents"),
     ("get", "/api/v1/schedules"), ("post", "/api/v1/schedules"), ("get", "/api/v1/schedules/{id}"),

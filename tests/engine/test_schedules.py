@@ -90,6 +90,20 @@ def test_a_slot_is_due_at_its_time_not_before(switchyard):
     assert not ScheduleSlot.objects.exists()
 
 
+def test_the_slots_of_a_paused_workflow_are_skipped_and_the_next_after_its_unpause_starts(switchyard):
+    from workflows_app import services
+
+    schedule = make(interval=60, parameters={"seconds": 0})
+    services.pause_workflow("sched_nap")
+    switchyard.advance(minutes=2)
+    assert outcomes(schedule) == [(MINUTE, "skipped"), (2 * MINUTE, "skipped")]
+    assert slots_of(schedule)[0].reason == "its workflow sched_nap is paused"
+    services.unpause_workflow("sched_nap")
+    switchyard.advance(minutes=1)
+    assert outcomes(schedule)[-1] == (3 * MINUTE, "started")
+    assert [e.status for e in executions_of(schedule)] == ["completed"]
+
+
 # --- overlap policies ------------------------------------------------------------------------------
 
 def test_skip_records_the_slots_that_fall_while_the_last_run_is_active(switchyard):

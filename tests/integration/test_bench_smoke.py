@@ -100,3 +100,18 @@ def test_the_operation_limits_timing_runs_and_reports_what_a_drain_costs():
     for case in ("a slot freed, `drain` sends 1, 20 waiting behind", "the window moved on, `drain` sends 200, 20 waiting",
                  "no limit: 1 step sent"):
         assert case in done.stdout
+
+
+def test_the_bulk_timing_runs_reports_its_cases_and_leaves_nothing_behind():
+    done = subprocess.run([sys.executable, "-m", "bench.bulk", "--executions", "40", "--one-at-a-time", "10"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for case in ("| bulk dry run, one request | 40 |", "| bulk cancel, one request | 40 |",
+                 "| cancel, one request per execution | 10 |", "| bulk / one request per execution, per execution |",
+                 "gunicorn's default --timeout of 30 s"):
+        assert case in done.stdout
+    left = subprocess.run([sys.executable, "manage.py", "shell", "-v", "0", "-c",
+                           "from workflows_app.models import Execution; "
+                           "print(Execution.objects.filter(workflow_id__startswith='bench_bulk_').count())"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert left.stdout.strip() == "0", left.stdout + left.stderr

@@ -136,9 +136,9 @@ def test_the_docs_build_without_a_warning_or_a_broken_link(tmp_path):
 
 
 def test_the_contents_list_every_page_once_in_reading_order():
-    order = ["getting-started", "concepts", "writing-workflows", "failures", "stopping", "resume", "children",
+    order = ["getting-started", "concepts", "writing-workflows", "failures", "stopping", "resume", "pausing", "bulk-actions", "children",
              "django-tasks", "api", "admin", "flower", "commands", "configuration", "deploying", "operations", "schedules", "concurrency", "flow-control",
-             "metrics", "security", "testing",
+             "metrics", "tracing", "security", "testing",
              "changing-workflow-code", "benchmarks", "glossary"]
     [toctree] = [content for info, content, _ in fences((DOCS / "index.md").read_text())
                  if directive(info)[0] == "toctree"]

@@ -21,8 +21,8 @@ from tests import UNKNOWN_ID
 ACTIONS = {"cancel": services.cancel, "force-cancel": services.force_cancel, "kill": services.kill}
 #: Where each stop action is allowed, besides pending and queued (which end cancelled).
 ALLOWED = {
-    "cancel": {"started"},
-    "force-cancel": {"started", "cancelling"},
+    "cancel": {"started", "paused"},
+    "force-cancel": {"started", "paused", "cancelling"},
     "kill": {s.value for s in ExecutionStatus},
 }
 

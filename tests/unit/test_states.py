@@ -25,6 +25,8 @@ force_cancelling -> cancelled | kill_cancelling
 kill_cancelling  -> cancelled
 cancelled | failed -> started
 started          -> started
+started          -> paused
+paused           -> started | cancelling | force_cancelling | kill_cancelling
 """
 
 # The operation's table, with "any non-terminal -> cancelled" and the resume resets spelled out.
@@ -90,6 +92,11 @@ def test_start_and_resume_are_told_apart():
     assert execution_event_type(ExecutionStatus.PENDING, ExecutionStatus.STARTED) == EventType.WORKFLOW_STARTED
     for source in ("failed", "cancelled", "started"):
         assert execution_event_type(ExecutionStatus(source), ExecutionStatus.STARTED) == EventType.WORKFLOW_RESUMED
+
+
+def test_pause_and_unpause_have_events_of_their_own():
+    assert execution_event_type(ExecutionStatus.STARTED, ExecutionStatus.PAUSED) == EventType.WORKFLOW_PAUSED
+    assert execution_event_type(ExecutionStatus.PAUSED, ExecutionStatus.STARTED) == EventType.WORKFLOW_UNPAUSED
 
 
 def test_every_operation_state_has_an_event_type():

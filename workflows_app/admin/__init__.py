@@ -1,4 +1,5 @@
 """Django admin, the operators' console: executions (``executions``), operations and
-events (``records``), schedules (``schedules``); agents are in ``agents.admin``."""
+events (``records``), schedules (``schedules``), the workflows paused as a whole
+(``paused_workflows``); agents are in ``agents.admin``."""
 
-from workflows_app.admin import executions, records, schedules  # noqa: F401  (they register the models)
+from workflows_app.admin import executions, paused_workflows, records, schedules  # noqa: F401  (they register the models)

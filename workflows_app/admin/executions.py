@@ -12,6 +12,8 @@ executions the user may view; the buttons, the list's actions and the start form
 it may do, and the services refuse the rest.
 """
 
+import functools
+
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected
 from django.contrib.admin.views.main import ChangeList
@@ -27,8 +29,9 @@ from django.utils.http import urlencode
 from kombu.exceptions import OperationalError as BrokerError
 
 from workflows_app import permissions, queries, retention, services, task_runs
-from workflows_app.admin import display, picture
+from workflows_app.admin import display, picture, timeline
 from workflows_app.admin.forms import StartExecutionForm
+from workflows_app.bulk import run as bulk_run
 from workflows_app.errors import (
     ExistingRunningExecution,
     ParameterError,
@@ -59,15 +62,20 @@ RERUN_STEPS_OFFERED = 500
 REFRESH_SECONDS = 2
 #: The executions a delete's confirmation page names; the rest are counted.
 DELETE_LISTED = 100
+#: Up to this many executions checked, a list action says how each one went; past it, or on all
+#: those the list matches, it says it once, in counts.
+MESSAGES_PER_EXECUTION = 10
 
 ACTION_LABELS = {"cancel": "Cancel", "force-cancel": "Force-cancel", "kill": "Kill", "resume": "Resume",
-                 "force-resume": "Force-resume"}
+                 "force-resume": "Force-resume", "pause": "Pause", "unpause": "Unpause"}
 ACTION_HELP = {
     "cancel": "stop starting operations, let the running ones finish, then end cancelled",
     "force-cancel": "end cancelled now, without waiting for the running operations",
     "kill": "SIGTERM then SIGKILL to the processes of every running operation, on every agent",
     "resume": "run the failed and cancelled operations again, with a new token",
     "force-resume": "as resume, and send the operations left in flight again",
+    "pause": "send nothing new until it is unpaused; what runs goes on and its outcome is kept",
+    "unpause": "carry on with the outcomes, events and timers that came meanwhile",
 }
 
 
@@ -101,19 +109,50 @@ def said_tags(status):
     return f"sy-said sy-said-{status}"
 
 
+def take_bulk_action(modeladmin, request, action, executions):
+    """Take ``action`` on every one of ``executions`` (a queryset) through ``workflows_app.bulk``
+    — the same service and permission check as :func:`take_action`, a batch at a time — and say
+    how it went in one message, in counts."""
+    try:
+        outcome = bulk_run.act(action, executions, user=request.user)
+    except PermissionRefused as refused:
+        modeladmin.message_user(request, f"{action} refused: {refused}", messages.ERROR)
+    except DatabaseError as exc:
+        modeladmin.message_user(request, f"{action} failed: the database refused it ({exc})", messages.ERROR)
+    else:
+        level = messages.ERROR if outcome.stopped else messages.WARNING if outcome.refused else messages.SUCCESS
+        modeladmin.message_user(request, outcome.summary(), level)
+
+
 def _bulk_action(action):
-    """A list action for ``action``; the force ones show a confirmation page first."""
+    """A list action for ``action``; the force ones show a confirmation page first. Up to
+    MESSAGES_PER_EXECUTION executions checked, it says how each one went (:func:`take_action`);
+    more, or all those matching the list's filters (Django's "select all"), and it says it once,
+    in counts (:func:`take_bulk_action`)."""
 
     def run(modeladmin, request, queryset):
-        ids = list(queryset.values_list("pk", flat=True))
+        across = _selected_across(request)
         if action in services.FORCE_ACTIONS and request.POST.get("confirmed") != "yes":
-            return modeladmin.confirm_page(request, action, ids)
-        take_action(modeladmin, request, action, ids)
+            if across:
+                return modeladmin.confirm_page(request, action, request.POST.getlist("_selected_action"),
+                                               matching=queryset)
+            return modeladmin.confirm_page(request, action, list(queryset.values_list("pk", flat=True)))
+        ids = [] if across else list(queryset.values_list("pk", flat=True)[:MESSAGES_PER_EXECUTION + 1])
+        if across or len(ids) > MESSAGES_PER_EXECUTION:
+            take_bulk_action(modeladmin, request, action, queryset)
+        else:
+            take_action(modeladmin, request, action, ids)
         return None
 
     run.__name__ = f"{_identifier(action)}_selected"
     return admin.action(description=f"{ACTION_LABELS[action]} the selected executions",
                         permissions=[_identifier(action)])(run)
+
+
+def _selected_across(request) -> bool:
+    """Whether the list's action is asked of all the executions its filters match (Django's
+    "select all N", the action form's ``select_across``), not of the rows checked."""
+    return str(request.POST.get("select_across", "")).lower() not in ("", "0", "false")
 
 
 def _identifier(action):
@@ -315,6 +354,8 @@ class ExecutionAdmin(admin.ModelAdmin):
     has_kill_permission = _may("kill")
     has_resume_permission = _may("resume")
     has_force_resume_permission = _may("force-resume")
+    has_pause_permission = _may("pause")
+    has_unpause_permission = _may("unpause")
 
     # --- the pages ------------------------------------------------------------------------------
 
@@ -323,6 +364,8 @@ class ExecutionAdmin(admin.ModelAdmin):
         info = self.opts.app_label, self.opts.model_name
         return [
             path("<path:object_id>/graph/", view(self.graph_view), name="%s_%s_graph" % info),
+            path("<path:object_id>/timeline/", view(functools.partial(timeline.view, self)),
+                 name="%s_%s_timeline" % info),
             path("<path:object_id>/act/", view(self.act_view), name="%s_%s_act" % info),
             path("<path:object_id>/rerun/", view(self.rerun_view), name="%s_%s_rerun" % info),
         ] + super().get_urls()
@@ -406,6 +449,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             "by_operation": None if drawn else queries.by_operation_and_state(execution.pk),
             "states": OperationState.values,
             "graph_url": reverse("admin:workflows_app_execution_graph", args=[execution.pk]),
+            "timeline_url": reverse("admin:workflows_app_execution_timeline", args=[execution.pk]),
             "act_url": reverse("admin:workflows_app_execution_act", args=[execution.pk]),
             "refresh_ms": REFRESH_SECONDS * 1000,
             "actions_offered": [
@@ -499,9 +543,13 @@ class ExecutionAdmin(admin.ModelAdmin):
                           extra_tags=said_tags(rerun.status))
         return HttpResponseRedirect(reverse("admin:workflows_app_execution_change", args=[rerun.pk]))
 
-    def confirm_page(self, request, action, execution_ids):
-        """"Are you sure?" for a force action on these executions (from a button or the list)."""
-        shown = list(Execution.objects.filter(pk__in=execution_ids).only("id", "workflow_id", "status")[:100])
+    def confirm_page(self, request, action, execution_ids, *, matching=None):
+        """"Are you sure?" for a force action on these executions (from a button or the list).
+        ``matching``: all the executions the list's filters match (its "select all"), counted and
+        asked again as such; ``execution_ids`` are then the rows checked, which Django's list wants back."""
+        chosen = Execution.objects.filter(pk__in=execution_ids) if matching is None else matching
+        shown = list(chosen.only("id", "workflow_id", "status")[:100])
+        count = len(execution_ids) if matching is None else chosen.count()
         return TemplateResponse(request, "admin/workflows_app/execution/confirm_action.html", {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -510,8 +558,10 @@ class ExecutionAdmin(admin.ModelAdmin):
             "label": ACTION_LABELS[action],
             "help": ACTION_HELP[action],
             "executions": shown,
-            "more": len(execution_ids) - len(shown),
+            "more": count - len(shown),
+            "count": count,
             "ids": execution_ids,
+            "select_across": matching is not None,
             "from_list": request.POST.get("action") != action,  # a list action posts its function's name
             "act_url": reverse("admin:workflows_app_execution_act", args=[execution_ids[0]]) if execution_ids else "",
         })

@@ -65,6 +65,8 @@ SPECTACULAR_SETTINGS = {
         "WarningCodeEnum": "workflows_app.states.WarningCode",
         "OverlapPolicyEnum": "workflows_app.states.OverlapPolicy",
         "SlotOutcomeEnum": "workflows_app.states.SlotOutcome",
+        # The actions on an execution: POST /executions/{id} and POST /executions/bulk take the same.
+        "ExecutionActionEnum": "workflows_app.api.serializers.ACTIONS",
     },
 }
 

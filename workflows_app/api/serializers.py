@@ -31,11 +31,13 @@ from workflows_app.api.fields import (
     StrictFloatField,
 )
 from workflows_app import queries
+from workflows_app.api.filters import ExecutionFilter
+from workflows_app.bulk import selection as bulk_selection
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.states import FailureMode, OperationState, StepKind, WarningCode
 
 #: The actions of ``POST /executions/{id}``.
-ACTIONS = ("cancel", "force-cancel", "kill", "resume", "force-resume")
+ACTIONS = ("cancel", "force-cancel", "kill", "resume", "force-resume", "pause", "unpause")
 #: Longest timeout or wait_after_fail accepted, in seconds (about 31 years): the engine adds
 #: them to dates, which end in the year 9999.
 MAX_SECONDS = 10**9
@@ -281,6 +283,8 @@ class WorkflowSerializer(serializers.Serializer):
     operation_limits = OperationLimitsSerializer(many=True, help_text=(
         "the rate and concurrency limits of the registered operations that have one, by name: any workflow may "
         "call any operation, so every workflow lists them all; a step over a limit waits `pending` with a warning"))
+    paused = serializers.BooleanField(help_text=(
+        "paused as a whole (`POST workflows/{id}`): its new executions wait `queued`, its schedules' slots are skipped"))
 
 
 # --- input -----------------------------------------------------------------------------------
@@ -382,3 +386,69 @@ class ExternalEventSerializer(StrictSerializer):
 
     name = StrictCharField(max_length=255, trim_whitespace=False, help_text="what the workflow waits for")
     payload = JSONValueField(required=False, allow_null=True, help_text="any JSON value; default null")
+
+
+# --- bulk actions (workflows_app.bulk) -------------------------------------------------------
+
+def _bulk_filter_field(name):
+    """A filter of ``GET /executions`` as a key of a bulk action's ``filter``: its text, as the query
+    takes it (the list's FilterSet checks the value: ``workflows_app.bulk.selection``)."""
+    definition = ExecutionFilter.base_filters[name]
+    help_text = definition.extra.get("help_text", "")
+    if definition.extra.get("choices"):
+        return StrictChoiceField(choices=definition.extra["choices"], required=False, help_text=help_text)
+    return StrictCharField(required=False, trim_whitespace=False, help_text=help_text)
+
+
+BulkFilterSerializer = type("BulkFilterSerializer", (StrictSerializer,), {
+    "__doc__": "Which executions: the filters of GET /executions (each as its query parameter takes it), all of "
+               "them met; at least one, or `all`.",
+    "__module__": __name__,
+    **{name: _bulk_filter_field(name) for name in bulk_selection.FILTERS},
+    "all": StrictBooleanField(required=False, default=False, help_text=(
+        "true: an empty filter selects every execution (without it, an empty filter is refused)")),
+})
+
+
+class BulkActionSerializer(StrictSerializer):
+    """One action on every execution a filter selects."""
+
+    action = ActionField(allow_blank=True, trim_whitespace=False)
+    filter = BulkFilterSerializer()
+    dry_run = StrictBooleanField(required=False, default=False,
+                                 help_text="count what would be done, skipped and refused; do nothing")
+
+
+class BulkSkippedSerializer(serializers.Serializer):
+    """The executions whose status does not allow the action: nothing was asked of them."""
+
+    count = serializers.IntegerField(min_value=0)
+    statuses = serializers.DictField(child=serializers.IntegerField(min_value=1),
+                                     help_text="how many, by their status (only statuses that had some)")
+
+
+class BulkRefusedSerializer(serializers.Serializer):
+    """The executions the action was refused on, by why; nothing changed on them."""
+
+    count = serializers.IntegerField(min_value=0)
+    permission = serializers.IntegerField(min_value=0, help_text=(
+        "the user may not take the action on them (their workflow's own permission)"))
+    status = serializers.DictField(child=serializers.IntegerField(min_value=1), help_text=(
+        "their status changed while the request ran, to one that does not allow the action: how many, by "
+        "the status they had then"))
+    gone = serializers.IntegerField(min_value=0, help_text="deleted while the request ran")
+
+
+class BulkOutcomeSerializer(serializers.Serializer):
+    """What a bulk action did (or, with dry_run, would do): each execution selected is counted once,
+    as done, skipped or refused."""
+
+    action = serializers.CharField()
+    dry_run = serializers.BooleanField()
+    matched = serializers.IntegerField(min_value=0, help_text="the executions the filter selected: done + "
+                                                              "skipped + refused")
+    done = serializers.IntegerField(min_value=0, help_text="acted on (with dry_run: would be)")
+    skipped = BulkSkippedSerializer()
+    refused = BulkRefusedSerializer()
+    stopped = serializers.CharField(allow_null=True, help_text=(
+        "always null here (a run the message broker stopped is answered 503 broker_unavailable)"))

@@ -8,7 +8,7 @@ Other apps' endpoints (``GET agents``) are registered in ``workflows_app.api.rou
 from django.apps import apps
 from django.urls import re_path
 
-from workflows_app.api import metrics, routes, schedules, views
+from workflows_app.api import metrics, routes, schedules, views, workflows
 from workflows_app.api.docs import DocsView, SchemaView
 
 apps.check_apps_ready()  # the registered routes are complete only then
@@ -19,7 +19,9 @@ _ID = r"(?P<id>[^/]+)"
 
 urlpatterns = [
     re_path(r"^workflows/?$", views.WorkflowList.as_view(), name="workflows"),
+    re_path(rf"^workflows/{_ID}/?$", workflows.WorkflowDetail.as_view(), name="workflow"),
     re_path(r"^executions/?$", views.ExecutionListCreate.as_view(), name="executions"),
+    re_path(r"^executions/bulk/?$", views.ExecutionBulk.as_view(), name="executions-bulk"),  # before {id}
     re_path(rf"^executions/{_ID}/?$", views.ExecutionDetail.as_view(), name="execution"),
     re_path(rf"^executions/{_ID}/operations/?$", views.ExecutionOperations.as_view(), name="execution-operations"),
     re_path(rf"^executions/{_ID}/graph/?$", views.ExecutionGraph.as_view(), name="execution-graph"),

@@ -18,6 +18,7 @@ only to a user who may view it, an acknowledgement to another
 import json
 import uuid
 
+from django.db import transaction
 from django.db.models import Prefetch
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
@@ -31,6 +32,8 @@ from workflows_app import errors as domain
 from workflows_app import permissions, queries, services
 from workflows_app.api import errors
 from workflows_app.api.base import SwitchyardView
+from workflows_app.bulk import run as bulk_run
+from workflows_app.bulk import selection as bulk_selection
 from workflows_app.api.filters import EventFilter, ExecutionFilter
 from workflows_app.api.schema import EXECUTION_ID, EXECUTION_ORDERING_PARAMETER, READ_ERRORS, extend_schema
 from workflows_app.api.schema import errors as error_responses
@@ -39,6 +42,8 @@ from workflows_app.api.serializers import (
     LIST_OMITS,
     NO_OPERATIONS,
     ActionSerializer,
+    BulkActionSerializer,
+    BulkOutcomeSerializer,
     EventSerializer,
     ExternalEventSerializer,
     ExecutionDetailSerializer,
@@ -51,7 +56,7 @@ from workflows_app.api.serializers import (
 )
 from workflows_app.conf import workflows_settings
 from workflows_app.flow import idempotency
-from workflows_app.models import Event, Execution, Operation
+from workflows_app.models import Event, Execution, Operation, PausedWorkflow
 from workflows_app.registry import workflows
 
 assert set(services.ACTIONS) == set(ACTIONS)
@@ -81,11 +86,14 @@ class WorkflowList(SwitchyardView, generics.ListAPIView):
     def get_queryset(self):
         hidden = set(permissions.hidden_workflows(self.request.user))
         limits = queries.operation_limits()
+        if getattr(self, "swagger_fake_view", False):
+            return []  # drf-spectacular building the schema: no query
+        paused = set(PausedWorkflow.objects.values_list("workflow_id", flat=True))
         return [
             {"name": name, "parameters": [{**p, "default": _json_safe(p["default"])} for p in definition.parameters()],
              "schema": definition.schema, "failure_mode": definition.failure_mode or workflows_settings.FAILURE_MODE, "timeout": definition.timeout,
              "concurrency": definition.concurrency, "concurrency_key": definition.concurrency_key,
-             "operation_limits": limits}
+             "operation_limits": limits, "paused": name in paused}
             for name, definition in sorted(workflows().items()) if name not in hidden
         ]
 
@@ -225,8 +233,8 @@ class ExecutionDetail(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIV
 
     @extend_schema(
         operation_id="executions_act",
-        summary="Act on an execution: cancel, force-cancel, kill, resume, force-resume",
-        description="cancel and resume need the permission `workflows_app.change_execution`; kill, force-cancel "
+        summary="Act on an execution: cancel, force-cancel, kill, resume, force-resume, pause, unpause",
+        description="cancel, resume, pause and unpause need the permission `workflows_app.change_execution`; kill, force-cancel "
                     "and force-resume `workflows_app.force_execution` as well; an execution of a workflow registered "
                     "with a permission needs that one too (without it, the execution is not found).",
         parameters=[EXECUTION_ID],
@@ -252,6 +260,65 @@ class ExecutionDetail(SwitchyardView, ExecutionLookupMixin, generics.GenericAPIV
         except domain.TransitionRefused as exc:
             raise errors.InvalidTransition(str(exc)) from None
         return Response(execution_detail(self.get_execution()))
+
+
+class ExecutionBulk(SwitchyardView, generics.GenericAPIView):
+    """One action on every execution a filter selects (``workflows_app.bulk``): each through the
+    action's service and permission check, as one at a time, and the answer counts them."""
+
+    serializer_class = BulkActionSerializer
+    filter_backends = ()
+    queryset = Execution.objects.none()  # for the schema; the filter selects
+
+    @classmethod
+    def as_view(cls, **initkwargs):
+        # Each execution's action commits on its own, as one at a time, even in a project whose
+        # ATOMIC_REQUESTS would hold every row lock and message until the last one.
+        return transaction.non_atomic_requests(super().as_view(**initkwargs))
+
+    @extend_schema(
+        operation_id="executions_bulk_create",
+        summary="Act on every execution a filter selects",
+        description="Takes `action` on each execution `filter` selects — the filters of `GET /executions`, all of "
+                    "them met; at least one, or `\"all\": true` — through the same service and permission check "
+                    "as `POST /executions/{id}`, each in its own transaction, and answers how many were done, "
+                    "skipped (their status does not allow the action: nothing was asked of them) and refused "
+                    "(why: `permission`, `status` — it changed meanwhile —, `gone`). With `dry_run`, counts "
+                    "what would happen and does nothing. Executions of a workflow hidden from the user (its own "
+                    "permission) are not selected. Needs the action's permission (403 for the whole request "
+                    "without it); a user without `workflows_app.view_execution` gets an acknowledgement, not "
+                    "the counts. A message broker that stops answering stops the request there: 503 "
+                    "`broker_unavailable`, whose message counts what was done.",
+        request=BulkActionSerializer,
+        responses={200: BulkOutcomeSerializer, **error_responses(
+            400, 401, 403, 413, 415,
+            e400="`parse_error`; `invalid_parameters` (a missing or non-string action, a key that is not a field, "
+                 "a filter that is none of those of GET /executions, a filter value that is not one of its "
+                 "values or is empty, no filter without `\"all\": true`); `unknown_action`",
+            e403="`permission_denied`: the user may not take this action (on any execution), or a session "
+                 "request without its CSRF token")},
+    )
+    def post(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        action = data["action"]
+        if action not in services.ACTIONS:
+            raise errors.UnknownAction(f"unknown action {action[:100]!r}: one of {', '.join(services.ACTIONS)}")
+        filters = {name: value for name, value in data["filter"].items() if name != "all"}
+        hidden = permissions.hidden_workflows(request.user)
+        base = Execution.objects.exclude(workflow_id__in=hidden) if hidden else Execution.objects.all()
+        try:
+            executions = bulk_selection.select(filters, everything=data["filter"]["all"], base=base)
+        except bulk_selection.NoFilter:
+            raise errors.InvalidParameters('filter: give at least one filter, or "all": true to act on every '
+                                           "execution") from None
+        except bulk_selection.SelectionRefused as exc:
+            raise errors.InvalidParameters(exc.describe(lambda name: f"filter.{name}")) from None
+        outcome = bulk_run.act(action, executions, user=request.user, dry_run=data["dry_run"])
+        if outcome.stopped:
+            raise errors.BrokerUnavailable(outcome.summary())
+        return Response(outcome.as_dict())
 
 
 class ExecutionOperations(SwitchyardView, ExecutionLookupMixin, generics.ListAPIView):

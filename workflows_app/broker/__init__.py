@@ -35,6 +35,7 @@ import functools
 import json
 import logging
 import secrets
+import threading
 from contextlib import contextmanager
 
 import amqp.exceptions
@@ -49,6 +50,7 @@ from workflows_app.conf import workflows_settings
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
 from workflows_app import signing
+from workflows_app.tracing import context as trace_context
 from workflows_app.wire import keys
 
 logger = logging.getLogger(__name__)
@@ -243,7 +245,7 @@ def send_operations(operations) -> list:
     refused = []
     with app.producer_or_acquire() as producer:
         for operation in operations:
-            workflow_id, priority = labels.get(str(operation.execution_id), (None, 0))
+            workflow_id, priority, trace = labels.get(str(operation.execution_id), (None, 0, ""))
             args = [str(operation.id), operation.attempt]
             try:
                 app.send_task(
@@ -256,6 +258,7 @@ def send_operations(operations) -> list:
                     ignore_result=True,
                     serializer=SERIALIZER,
                     priority=message_priority(priority, redis=redis),
+                    headers=trace_context.message_headers(trace, workflow_id),  # its execution's trace
                     **_options(app, operation_headers(workflow_id, operation)),
                 )
             except Exception as exc:
@@ -292,13 +295,13 @@ def refusal(exc, queue) -> str | None:
     return None
 
 
-#: What an operation's message says of its execution: its workflow (the message's name) and its
-#: priority.
-LABEL_FIELDS = ("workflow_id", "priority")
+#: What an operation's message says of its execution: its workflow (the message's name), its
+#: priority and its trace context.
+LABEL_FIELDS = ("workflow_id", "priority", "trace_context")
 
 
 def _execution_labels(operations) -> dict:
-    """The workflow id and priority of each execution of ``operations`` (keys: execution ids as
+    """The :data:`LABEL_FIELDS` of each execution of ``operations`` (keys: execution ids as
     text): from the execution an operation holds when that was loaded with them, the others' in
     one query — never one per operation."""
     known, missing = {}, set()
@@ -308,12 +311,12 @@ def _execution_labels(operations) -> dict:
             continue
         execution = operation.execution if Operation.execution.is_cached(operation) else None
         if execution is not None and not execution.get_deferred_fields() & set(LABEL_FIELDS):
-            known[key] = (execution.workflow_id, execution.priority)
+            known[key] = tuple(getattr(execution, name) for name in LABEL_FIELDS)
         else:
             missing.add(key)
     missing -= known.keys()
     if missing:
-        known.update((str(pk), (workflow_id, priority)) for pk, workflow_id, priority in
+        known.update((str(pk), tuple(labels)) for pk, *labels in
                      Execution.objects.filter(pk__in=missing).values_list("pk", *LABEL_FIELDS))
     return known
 
@@ -409,13 +412,45 @@ def broadcast_cancel(attempts):
     """Ask every agent and manager to tell the running ``attempts`` (pairs of operation id and
     attempt) that they are cancelled: ``ctx.is_cancelled()`` becomes true in them
     (``agents.worker.control``). Fire and forget: the engine asks again on each pass of a
-    cancelling execution, and kills what still runs after CANCEL_TIMEOUT."""
+    cancelling execution, and kills what still runs after CANCEL_TIMEOUT. Inside
+    :func:`cancels_gathered`, sent with others."""
     if _outlet is not None:
         attempts = _outlet.cancel(list(attempts))
         if not attempts:
             return
+    gathered = getattr(_gathered, "attempts", None)
+    if gathered is not None:
+        gathered.extend(attempts)
+        if len(gathered) < GATHERED_CANCELS:
+            return
+        attempts, gathered[:] = list(gathered), []
     _control().broadcast(CANCEL_COMMAND, arguments={"attempts": proved_attempts(attempts, keys.Purpose.CANCEL)},
                          reply=False)
+
+
+#: Attempts one gathered cancel broadcast names at most (``cancels_gathered``).
+GATHERED_CANCELS = 500
+_gathered = threading.local()
+
+
+@contextmanager
+def cancels_gathered():
+    """Inside the block, this thread's :func:`broadcast_cancel` calls are gathered: one broadcast
+    (and one query for their agents) per GATHERED_CANCELS attempts, the rest at the block's end,
+    rather than one per call — a bulk cancel's one per execution cost a broker round trip and a
+    query each. A cancel is fire and forget, asked again on each pass of a cancelling execution:
+    one sent a moment later is no different. The rest is sent however the block ends (what that
+    broadcast raises is raised)."""
+    if getattr(_gathered, "attempts", None) is not None:  # gathered already, by an outer block
+        yield
+        return
+    _gathered.attempts = []
+    try:
+        yield
+    finally:
+        attempts, _gathered.attempts = _gathered.attempts, None
+        if attempts:
+            broadcast_cancel(attempts)
 
 
 def waiting_messages(queue):

@@ -39,7 +39,7 @@ from django.db.models import Count, Q
 
 from workflows_app import broker, values
 from workflows_app.errors import ParameterError, RegistrationError
-from workflows_app.models import ConcurrencyKey, Execution
+from workflows_app.models import ConcurrencyKey, Execution, PausedWorkflow
 from workflows_app.registry import CONCURRENCY_DEPLOYMENT as DEPLOYMENT
 from workflows_app.registry import get_workflow
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_HOLDING_DEPLOYMENT, ExecutionStatus
@@ -213,7 +213,7 @@ def admit(keys) -> Blocked | None:
 
 def start_next(key) -> list[Execution]:
     """Start the first queued executions of ``key`` while it has room, in order: each is tried
-    with every key it counts against (:func:`_try_start`). Returns those started."""
+    with every key it counts against (:func:`try_start`). Returns those started."""
     first = list(key.queued().only("pk")[:1])
     if not first:
         return []
@@ -224,7 +224,7 @@ def start_next(key) -> list[Execution]:
     if room is not None:
         # Beyond the first ``room`` queued ones, none has room: fewer slots than those ahead of it.
         candidates = list(key.queued().only(*CANDIDATE_FIELDS)[:room])
-        started = [execution for execution in map(_try_start, candidates) if execution is not None]
+        started = [execution for execution in map(try_start, candidates) if execution is not None]
         return started
     after = None
     while True:  # no limit any more: every queued one may start, but for its other key
@@ -232,13 +232,13 @@ def start_next(key) -> list[Execution]:
         if after is not None:
             page = page.filter(Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, pk__gt=after.pk))
         page = list(page[:BATCH])
-        started += [execution for execution in map(_try_start, page) if execution is not None]
+        started += [execution for execution in map(try_start, page) if execution is not None]
         if len(page) < BATCH:
             return started
         after = page[-1]
 
 
-def _try_start(candidate) -> Execution | None:
+def try_start(candidate) -> Execution | None:
     """Admit the queued ``candidate`` if each of its keys has room for it now: ``pending``, and
     sent once committed. None if it may not (or is no longer queued)."""
     keys = keys_of(candidate)
@@ -248,6 +248,8 @@ def _try_start(candidate) -> Execution | None:
                      .filter(pk=candidate.pk, status=ExecutionStatus.QUEUED).first())
         if execution is None or not all(key.has_room(ahead_of=execution) for key in keys):
             return None
+        if PausedWorkflow.is_paused(execution.workflow_id):
+            return None  # it keeps its place until its workflow is unpaused (workflows_app.pausing)
         message = (f"a slot of {execution.concurrency_key} is free: starting" if execution.concurrency_key
                    else "its deployment is free: starting")
         execution = execution_transition(execution, ExecutionStatus.PENDING, message=message)

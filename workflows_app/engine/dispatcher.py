@@ -21,6 +21,7 @@ from workflows_app.engine.handles import Suspend
 from workflows_app.engine.replay import Replay
 from workflows_app.errors import RegistrationError, StepFailed
 from workflows_app.models import Execution, Operation
+from workflows_app.pausing import workflows as workflow_pausing
 from workflows_app.registry import get_workflow
 from workflows_app.states import (
     EXECUTION_CANCELLING,
@@ -45,6 +46,8 @@ def run_pass(execution_id):
         if new and execution.deferred(clock.now()):
             return  # an early advance (a manager's start sends one to every pending execution)
         if new:
+            if workflow_pausing.queue_if_paused(execution):
+                return  # it waits queued until its workflow is unpaused
             execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
         if execution.children_ended:
             children.follow(execution)

@@ -199,7 +199,9 @@ def send_due_retries(now=None, limit=500):
     """Send every rescheduled operation whose ``next_attempt_at`` has passed (the tick)."""
     now = now or clock.now()
     # One that a limit holds back waits for the gate, not for the tick.
-    due = (Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__lte=now, flow_wait="")
+    # A paused execution's are left to its unpause: picked now, they would only be passed over.
+    due = (Operation.objects.filter(state=OperationState.RESCHEDULED, next_attempt_at__lte=now, flow_wait="",
+                                    execution__status=ExecutionStatus.STARTED)
            .values_list("pk", "execution_id")[:limit])
     sent = 0
     for pk, execution_id in due:

@@ -61,7 +61,7 @@ from django.db.models import Min
 from workflows_app import clock, outages
 from workflows_app.engine import starts, stopping, timetable
 from workflows_app.errors import ParameterError, RegistrationError
-from workflows_app.models import Execution, Schedule, ScheduleSlot
+from workflows_app.models import Execution, PausedWorkflow, Schedule, ScheduleSlot
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, ExecutionStatus, OverlapPolicy, SlotOutcome
 
 logger = logging.getLogger(__name__)
@@ -250,6 +250,8 @@ def _take(schedule, slot, active, superseded_by=None) -> ScheduleSlot:
 
 
 def _decide(schedule, slot, active, superseded_by):
+    if PausedWorkflow.is_paused(schedule.workflow_id):
+        return _record(schedule, slot, SlotOutcome.SKIPPED, reason=f"its workflow {schedule.workflow_id} is paused")
     if superseded_by is not None:
         return _record(schedule, slot, SlotOutcome.SKIPPED,
                        reason=f"a later slot ({superseded_by.isoformat()}) starts instead (overlap: cancel_other)")

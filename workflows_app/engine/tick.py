@@ -36,6 +36,7 @@ from workflows_app.engine import (
 from workflows_app.flow import gate
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
+from workflows_app.pausing import workflows as workflow_pausing
 from workflows_app.states import (
     EXECUTION_CANCELLING,
     ExecutionStatus,
@@ -226,6 +227,7 @@ def resend_stuck_messages(now):
             for pk in unstarted + idle:
                 broker.send_advance(pk)
     concurrency.start_every_free_key()
+    workflow_pausing.start_unpaused()
     schedules.start_every_free_buffered()
     children.wake_parents_of_ended()
     # A stopping execution that no running operation will ever wake (or whose stop was cut short).

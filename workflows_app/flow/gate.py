@@ -34,7 +34,14 @@ from workflows_app.errors import RegistrationError
 from workflows_app.models import ConcurrencyKey, Operation, RateSend
 from workflows_app.flow.limits import PERIODS, governs, key_of
 from workflows_app.registry import get_operation
-from workflows_app.states import OPERATION_HOLDING_SLOT, OPERATION_WAITING_TO_SEND, EventType, FlowWait, StepKind
+from workflows_app.states import (
+    OPERATION_HOLDING_SLOT,
+    OPERATION_WAITING_TO_SEND,
+    EventType,
+    ExecutionStatus,
+    FlowWait,
+    StepKind,
+)
 from workflows_app.transitions import record_events
 
 logger = logging.getLogger(__name__)
@@ -314,8 +321,10 @@ def next_deadline(after):
 
 
 def _waiting():
-    """The steps handed to the gate that are still to be sent."""
-    return Operation.objects.filter(state__in=OPERATION_WAITING_TO_SEND).exclude(flow_wait="")
+    """The steps handed to the gate that are still to be sent, of started executions: a paused
+    one's wait for its unpause, which drains them, and must not take its operation's room meanwhile."""
+    return (Operation.objects.filter(state__in=OPERATION_WAITING_TO_SEND, execution__status=ExecutionStatus.STARTED)
+            .exclude(flow_wait=""))
 
 
 def _waiting_operations() -> list[str]:

@@ -19,7 +19,7 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from workflows_app import queries
+from workflows_app import queries, services
 from workflows_app.api.renderers import JSONRenderer
 from workflows_app.api.serializers import EventSerializer, ExecutionListItemSerializer, execution_detail
 from workflows_app.errors import ExistingRunningExecution, ParameterError, RegistrationError, TransitionRefused
@@ -147,6 +147,21 @@ def call(service, *args, **kwargs):
         raise CommandError(f"no execution '{args[0]}'") from None
     except REFUSALS as refused:
         raise CommandError(" ".join(str(refused).split())) from None  # one line, whatever the message
+
+
+class ActionCommand(ExecutionCommand):
+    """``manage.py <command> ID [--json]``: the action ``action`` (``services.ACTIONS``) on one
+    execution; prints its id and status after it (the API's document with ``--json``)."""
+
+    action = None
+
+    def add_arguments(self, parser):
+        parser.add_argument("execution_id", metavar="ID", help=ID_HELP)
+        parser.add_argument("--json", dest="as_json", action="store_true",
+                            help="print the execution as the REST API shows it")
+
+    def handle(self, *args, execution_id, as_json, **options):
+        print_execution(self, call(services.ACTIONS[self.action], parse_execution_id(execution_id)), as_json)
 
 
 # --- the API's JSON --------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from django.db import models
 
 from workflows_app import clock
 from workflows_app.states import EXECUTION_ACTIVE, EXECUTION_TERMINAL, ExecutionStatus, FailureMode
+from workflows_app.tracing.context import reserve as new_trace_context
 
 
 def hash_token(token: str) -> str:
@@ -77,6 +78,10 @@ class Execution(models.Model):
     # Its operations' messages go ahead of those of a lower priority waiting in the same agent
     # queue (workflows_app.broker.message_priority): -100 to 100, Django's Tasks' scale.
     priority = models.SmallIntegerField(default=0, db_default=0, editable=False)
+    # Its OpenTelemetry trace: its span's ids, chosen when it is created under the span current
+    # then, its span recorded when it ends (workflows_app.tracing); "" when not traced.
+    trace_context = models.CharField(max_length=80, blank=True, default=new_trace_context, db_default="",
+                                     editable=False)
 
     objects = ExecutionQuerySet.as_manager()
 

@@ -1,10 +1,12 @@
-"""``manage.py list_executions [--status S] [--limit N] [--json]``"""
+"""``manage.py list_executions [--status S] [--workflow-id W] [--created-before T] ... [--limit N] [--json]``
+
+Its filters are those of ``GET /api/v1/executions``, shared with the bulk actions' commands
+(``workflows_app.bulk.selection``)."""
 
 from django.core.management.base import CommandError
 
+from workflows_app.bulk import selection
 from workflows_app.management.cli import QUOTED_CHARS, ExecutionCommand, print_executions
-from workflows_app.models import Execution
-from workflows_app.states import ExecutionStatus
 
 #: The most ``--limit`` takes: what is listed is held in memory at once (with ``--json``, as one array).
 MAX_LIMIT = 10_000
@@ -22,19 +24,16 @@ class Command(ExecutionCommand):
     help = "List executions, newest first (with --json: a JSON array, each as GET /api/v1/executions shows it)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--status", default=None, help=f"only this status: {', '.join(ExecutionStatus.values)}")
+        selection.add_arguments(parser)
         parser.add_argument("--limit", type=int, default=50,
                             help=f"at most this many (default 50, at most {MAX_LIMIT})")
         parser.add_argument("--json", dest="as_json", action="store_true",
                             help="print a JSON array of executions, as the API")
 
-    def handle(self, *args, status, limit, as_json, **options):
-        if status is not None and status not in ExecutionStatus.values:
-            raise CommandError(f"--status must be one of {', '.join(ExecutionStatus.values)}, not {status!r}")
+    def handle(self, *args, limit, as_json, **options):
+        executions = selection.for_command(options, everything=True)
         limit = check_limit(limit)
-        executions = Execution.objects.order_by("-created_at", "id")  # the API's default order
-        if status is not None:
-            executions = executions.filter(status=status)
+        executions = executions.order_by("-created_at", "id")  # the API's default order
         if as_json:
             print_executions(self, executions[:limit])
             return
