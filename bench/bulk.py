@@ -162,10 +162,11 @@ def _published():
 
     if not broker.broker_is_redis():
         return None
-    import redis
-    from django.conf import settings
+    from celery import current_app
 
-    stats = redis.Redis.from_url(settings.CELERY_BROKER_URL).info("commandstats")
+    # Through kombu's own client: the embedded Redis' URL (redis+socket://) is none redis-py reads.
+    with current_app.connection_for_read() as connection:
+        stats = connection.default_channel.client.info("commandstats")
     return stats.get("cmdstat_publish", {}).get("calls", 0)
 
 
