@@ -12,6 +12,7 @@ import json
 import os
 import re
 import time
+import uuid
 from datetime import timedelta
 from io import StringIO
 
@@ -245,6 +246,22 @@ def test_a_message_its_agent_took_as_it_was_killed_is_sent_again(stack):
     assert (step.state, step.attempt) == ("succeeded", 1), "the same attempt, sent again"
     assert ran(stack, "lost-message") == 1
     assert_operation_events_consistent(execution)
+
+
+@pytest.mark.skipif(not broker.broker_is_redis(), reason="RabbitMQ's queues are not read without taking their messages")
+def test_what_waits_in_a_queue_or_is_held_from_it_is_found_but_a_backlog_is_not_read_through():
+    queue = f"held-{uuid.uuid4().hex[:8]}"
+    for n in range(3):
+        app.send_task("anything", queue=queue, task_id=f"{queue}.{n}", ignore_result=True)
+    assert broker.task_ids_held(queue, 10) == {f"{queue}.{n}" for n in range(3)}
+    assert broker.task_ids_held(queue, 2) is None, "more than the limit wait: not read"
+    with kombu.Connection(settings.CELERY_BROKER_URL) as connection:
+        channel = connection.channel()
+        taken = channel.basic_get(queue, no_ack=False)  # held, as a worker holds what it runs
+        assert broker.task_ids_held(queue, 10) == {f"{queue}.{n}" for n in range(3)}
+        channel.basic_ack(taken.delivery_tag)
+        assert broker.task_ids_held(queue, 10) == {f"{queue}.{n}" for n in range(3)} - {taken.headers["id"]}
+        broker.purge(queue)
 
 
 def drop_claim(stack, step, timeout=60):
