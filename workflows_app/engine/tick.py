@@ -253,7 +253,8 @@ def resend_held_by_dead_managers(now):
     its messages held. Every manager consumes the management queue, so a message of it that waits
     longer than a claim's timeout — the longest a delivery waits for a claim's answer before it goes
     back to the queue — without a backlog in front of it was lost. An agent's queue has a single
-    consumer, its agent, whose next run gives back what its last one held."""
+    consumer, its agent, whose next run gives back what its last one held; what that run never
+    held is :func:`resend_lost_from_agent_queues`'."""
     held_since = now - timedelta(seconds=wire.claim_seconds())
     overdue = list(Operation.objects.filter(state=OperationState.SENT, agent=workflows_settings.MANAGEMENT_QUEUE,
                                             sending_at__lte=held_since, execution__status=ExecutionStatus.STARTED))
@@ -262,11 +263,11 @@ def resend_held_by_dead_managers(now):
     backlog = broker.waiting_messages(workflows_settings.MANAGEMENT_QUEUE)
     if backlog is not None and backlog >= len(overdue):
         return 0  # behind a backlog, not lost
-    Operation.objects.filter(pk__in=[op.pk for op in overdue], state=OperationState.SENT).update(sending_at=now)
-    logger.warning("%d operation(s) of the management queue sent again: still not started %ss after they were sent",
-                   len(overdue), wire.claim_seconds())
-    progress.publish(overdue)
-    return len(overdue)
+    again = _send_again(overdue, now)
+    if again:
+        logger.warning("%d operation(s) of the management queue sent again: still not started %ss after they were sent",
+                       len(again), wire.claim_seconds())
+    return len(again)
 
 
 #: An agent's queue holding more messages than this is not read through by
@@ -294,18 +295,27 @@ def resend_lost_from_agent_queues(now):
         held = broker.task_ids_held(agent, AGENT_QUEUE_READ_LIMIT)
         if held is not None:
             lost += [op for op in overdue if op.agent == agent and task_id_for(op.pk, op.attempt) not in held]
-    # Those started (or moved on) while the queues were read are not sent again.
-    still = set(Operation.objects.filter(pk__in=[op.pk for op in lost], state=OperationState.SENT)
+    again = _send_again(lost, now)
+    if again:
+        logger.warning("%d operation(s) sent again: still not started %ss after they were sent, and their messages are "
+                       "in no agent's queue (%s)", len(again), RESEND_AFTER_SECONDS,
+                       ", ".join(sorted({values.shown_name(op.agent) for op in again})))
+    return len(again)
+
+
+def _send_again(operations, now) -> list:
+    """Send ``operations`` again under their attempt — those still ``sent`` in the attempt they were
+    read in: one that started (or moved on) meanwhile is not —, and move their time of sending on,
+    so that each is sent again at most once per wait. Returns those sent."""
+    if not operations:
+        return []
+    still = set(Operation.objects.filter(pk__in=[op.pk for op in operations], state=OperationState.SENT)
                 .values_list("pk", "attempt"))
-    lost = [op for op in lost if (op.pk, op.attempt) in still]
-    if not lost:
-        return 0
-    Operation.objects.filter(pk__in=[op.pk for op in lost], state=OperationState.SENT).update(sending_at=now)
-    logger.warning("%d operation(s) sent again: still not started %ss after they were sent, and their messages are in "
-                   "no agent's queue (%s)", len(lost), RESEND_AFTER_SECONDS,
-                   ", ".join(sorted({values.shown_name(op.agent) for op in lost})))
-    progress.publish(lost)
-    return len(lost)
+    again = [op for op in operations if (op.pk, op.attempt) in still]
+    if again:
+        Operation.objects.filter(pk__in=[op.pk for op in again], state=OperationState.SENT).update(sending_at=now)
+        progress.publish(again)
+    return again
 
 
 def _next_batch():
