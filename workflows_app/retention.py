@@ -74,6 +74,10 @@ SQLITE_PAUSE_SECONDS = 0.11
 #: tree can be larger than that.
 IN_CHUNK = 500
 
+#: :func:`discard` passes over the rows another transaction held, and the pause between them.
+DISCARD_PASSES = 50
+DISCARD_PAUSE_SECONDS = 0.1
+
 
 @dataclass
 class Counts:
@@ -147,9 +151,20 @@ def delete_executions(executions, *, dry_run=False, progress=None, guard=nullcon
 def discard(executions, *, progress=None) -> Counts:
     """Delete ``executions`` (a queryset) and their descendants whatever their status: only for
     rows nothing runs — a benchmark's own, once its manager stopped. Everything else is deleted
-    by :func:`purge` or :func:`delete_executions`, which never touch an active execution."""
-    return _in_batches(_Pages(executions), Execution.objects.all(), _Rules(any_status=True), False, progress,
-                       nullcontext)
+    by :func:`purge` or :func:`delete_executions`, which never touch an active execution.
+
+    A row another transaction holds (a manager's tick sharing the database looking at it) is
+    skipped by a pass and taken by the next: passes go on, ``DISCARD_PAUSE_SECONDS`` apart, while
+    one still keeps a row, up to ``DISCARD_PASSES``."""
+    counts = Counts()
+    for _ in range(DISCARD_PASSES):
+        counts.add(_in_batches(_Pages(executions), Execution.objects.all(), _Rules(any_status=True), False, progress,
+                               nullcontext))
+        if not executions.exists():
+            break
+        time.sleep(DISCARD_PAUSE_SECONDS)
+    counts.kept = executions.count()
+    return counts
 
 
 def deletable(executions) -> set:

@@ -208,6 +208,34 @@ def test_purges_that_meet_share_the_work_and_each_counts_what_it_deleted(make, m
     assert rows() == dict.fromkeys(rows(), 0)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_discard_takes_the_rows_another_transaction_held_once_it_lets_them_go(make):
+    """A benchmark discards its own rows while managers sharing the database may be looking at one
+    (a tick locking it): the row is skipped while held, and gone when discard returns."""
+    if connection.vendor != "postgresql":
+        pytest.skip("rows held by another transaction (SKIP LOCKED): PostgreSQL's")
+    executions = [make(status=ExecutionStatus.STARTED, operations=1) for _ in range(3)]
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                Execution.objects.select_for_update().get(pk=executions[1].pk)
+                held.set()
+                release.wait(5)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(5)
+    threading.Timer(0.5, release.set).start()
+    counts = retention.discard(Execution.objects.filter(pk__in=[e.pk for e in executions]))
+    holder.join()
+    assert not left(*executions)
+    assert (counts.executions, counts.kept) == (3, 0)
+
+
 # --- the command -------------------------------------------------------------------------------------
 
 
