@@ -31,7 +31,6 @@ from django.utils import timezone
 from agents.models import Agent
 from workflows_app import signing, values, wire
 from workflows_app.engine import reports, steps
-from workflows_app.engine.graph import resolve
 from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Event, Operation
 from workflows_app.states import EXECUTION_CLAIMABLE, OPERATION_IN_FLIGHT, EventType, OperationState
@@ -67,6 +66,10 @@ def take(bodies) -> list[tuple[str, dict]]:
                 logger.warning("%s report of agent %s for operation %s, which does not exist: ignored",
                                report["kind"], report["agent"], report["operation"])
                 continue
+            if operation.local:  # its pass runs it and records it: nothing on the wire speaks for it
+                logger.warning("%s report of agent %s for operation %s, a local step: ignored",
+                               report["kind"], report["agent"], report["operation"])
+                continue
             if operation.agent != report["agent"]:  # its secret was made for the agent it names: not sent there
                 logger.warning("%s report of agent %s for operation %s, which was sent to %s: ignored",
                                report["kind"], report["agent"], report["operation"], operation.agent)
@@ -79,7 +82,7 @@ def take(bodies) -> list[tuple[str, dict]]:
         gone = [r for r in parsed if r["kind"] == wire.Kind.GONE]
         if gone:
             _gone(gone)
-        _agents([r for r in parsed if r["kind"] in (wire.Kind.HEARTBEAT, wire.Kind.REGISTER)])
+        _agents(parsed)
     return answers
 
 
@@ -169,9 +172,7 @@ def _claimed_by(operation):
 
 def _run(operation, dry_run) -> dict:
     """The answer that starts the attempt: everything the agent needs to run it, and nothing else."""
-    args = list(operation.args)
-    if operation.input is not None:
-        args.insert(0, _input(operation))
+    args = steps.call_args(operation)
     return {"verdict": wire.Verdict.RUN, "operation": operation.operation, "execution": str(operation.execution_id),
             "step": operation.name, "args": args, "kwargs": operation.kwargs, "dry_run": bool(dry_run),
             "retries_left": _retries_left(operation)}
@@ -185,29 +186,10 @@ def _retries_left(operation) -> int:
     return max(0, operation.max_retries - operation.current_retries)
 
 
-def _input(operation):
-    """The first argument a canvas passes on (a result, or a list of them), from its dependencies."""
-    results = dict(Operation.objects.filter(execution_id=operation.execution_id, name__in=_input_names(operation.input))
-                   .values_list("name", "result"))
-    return resolve(operation.input, results)
-
-
-def _input_names(data):
-    if "result" in data:
-        return [data["result"]]
-    return [name for item in data["list"] for name in _input_names(item)]
-
-
 # --- what an attempt did --------------------------------------------------------------------
 
 def _outcome(report, operation):
-    attempt, error = report["attempt"], report["error"]
-    if report["outcome"] == wire.Outcome.SUCCEEDED:
-        reports.record_success(operation, attempt, report["result"])
-    elif report["outcome"] == wire.Outcome.CANCELLED:
-        reports.record_cancelled(operation, attempt, error)
-    else:
-        reports.record_failure(operation, attempt, error, retryable=report["retryable"], retry_after=report["retry_after"])
+    reports.record_outcome(operation, report["attempt"], report)
 
 
 def _log(report, operation):
@@ -252,14 +234,22 @@ def _gone(gone_reports):
 # --- the agents' runs -------------------------------------------------------------------------
 
 def _agents(agent_reports):
-    """Registrations (a run of an agent begins) and heartbeats, the last of each agent's run once."""
+    """Registrations (a run of an agent begins), then what says that a run is alive, once for
+    each agent: its heartbeats and every other report of its current run. A claim is one: a run
+    that claims the attempts waiting for it as soon as its worker is ready, before its first
+    heartbeat, is not taken for offline (and its new attempts for lost) in the same moment. Only
+    a heartbeat makes the row of an agent that has none: the managers' operations report under
+    the management queue's name, which is no agent and never heart-beats."""
     registered = {}
     beating = defaultdict(set)
+    heartbeats = set()
     for report in agent_reports:
         if report["kind"] == wire.Kind.REGISTER:
             registered[report["agent"]] = report
         else:
             beating[report["agent"]].add(report["incarnation"])
+            if report["kind"] == wire.Kind.HEARTBEAT:
+                heartbeats.add(report["agent"])
     for report in registered.values():
         current = Agent.objects.filter(name=report["agent"]).values_list("incarnation", flat=True).first()
         if current and report["incarnation"] != current and not began_after(report["incarnation"], current):
@@ -270,7 +260,7 @@ def _agents(agent_reports):
                  concurrency=report["concurrency"])
     now = timezone.now()
     for name, incarnations in beating.items():
-        if Agent.objects.filter(name=name, incarnation__in=incarnations).update(last_heartbeat=now):
+        if Agent.objects.filter(name=name, incarnation__in=incarnations).update(last_heartbeat=now) or name not in heartbeats:
             continue
         # An agent with no row: its registration found no manager's queue to go to (the very
         # first start of a deployment). Its heartbeat registers it.

@@ -33,7 +33,6 @@ message was handled and nothing failed.
 
 import logging
 import os
-import traceback
 import uuid
 
 from celery import shared_task
@@ -43,8 +42,8 @@ from celery.signals import task_revoked
 from agents.worker import deaths, link, local
 from workflows_app import values, wire
 from workflows_app.broker import RUNNER_TASK, TASK_OPTIONS
-from workflows_app.engine import reports
-from workflows_app.errors import NonRecoverableError, OperationCancelled, RecoverableError, RegistrationError, ValueRefused
+from workflows_app.engine import outcomes
+from workflows_app.errors import OperationCancelled, RegistrationError
 from workflows_app.registry import get_operation
 from workflows_app.tracing import attempts
 from workflows_app.wire import keys
@@ -194,20 +193,12 @@ def _run(ctx, answer) -> dict:
     try:
         definition = get_operation(answer["operation"])
     except RegistrationError as exc:
-        return _failed(exc, retryable=False)
+        return outcomes.failed(exc, retryable=False)
     if answer.get("dry_run"):
         return {"outcome": wire.Outcome.SUCCEEDED, "result": None}
     pid = os.getpid()
     try:
-        result = definition.func(ctx, *answer["args"], **answer["kwargs"])
-    except OperationCancelled as exc:
-        return {**_failed(exc, retryable=False), "outcome": wire.Outcome.CANCELLED}
-    except RecoverableError as exc:
-        return {**_failed(exc, retryable=True), "retry_after": exc.retry_after}
-    except NonRecoverableError as exc:
-        return _failed(exc, retryable=False)
-    except Exception as exc:
-        return _failed(exc, retryable=isinstance(exc, definition.retry_for or ()))
+        return outcomes.call(definition, ctx, answer["args"], answer["kwargs"])
     except BaseException as exc:  # SystemExit, KeyboardInterrupt: the attempt is lost, the pool process lives on
         if isinstance(exc, GeneratorExit) or os.getpid() != pid:  # or a process the operation forked, which exits
             raise
@@ -216,18 +207,6 @@ def _run(ctx, answer) -> dict:
         message = deaths.terminated(pid) if terminated else deaths.raised(exc)
         return {"outcome": wire.Outcome.FAILED, "retryable": True, "lost": True, "terminated": terminated,
                 "error": {"type": "WorkerLost", "message": message}}
-    try:
-        values.check(result, "result")
-    except ValueRefused as refused:  # it could not be stored: retrying would only make it again
-        return {"outcome": wire.Outcome.FAILED, "error": reports.unstorable_result(refused), "retryable": False}
-    return {"outcome": wire.Outcome.SUCCEEDED, "result": result}
-
-
-def _failed(exc, *, retryable) -> dict:
-    kind = type(exc)
-    error = {"type": kind.__name__, "class": f"{kind.__module__}.{kind.__qualname__}", "message": str(exc),
-             "traceback": traceback.format_exc()}
-    return {"outcome": wire.Outcome.FAILED, "error": values.clean_error(error), "retryable": retryable}
 
 
 def _report_or_requeue(kind, operation_id, attempt, **fields):

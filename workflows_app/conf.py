@@ -56,6 +56,9 @@ DEFAULTS = {
     # Seconds a start's idempotency key answers with the execution it started
     # (workflows_app.flow.idempotency); after that, a start with it starts anew.
     "IDEMPOTENCY_SECONDS": 86400,
+    # Seconds a local step may run inside its manager's pass when it sets no timeout of its own
+    # (workflows_app.local_steps): then that attempt fails, retryable by its policy.
+    "LOCAL_STEP_TIMEOUT": 30,
 }
 
 #: Where ``manage.py standalone``'s Flower is, for the web server it starts (see above).
@@ -63,7 +66,7 @@ STANDALONE_FLOWER_URL_ENV = "SWITCHYARD_STANDALONE_FLOWER_URL"
 
 _NUMBER_KEYS = {"RETRY_INTERVAL", "WAIT_AFTER_FAIL", "KILL_GRACE_SECONDS", "CANCEL_TIMEOUT",
                 "AGENT_HEARTBEAT_SECONDS", "AGENT_OFFLINE_AFTER_SECONDS", "DATABASE_OUTAGE_TOLERANCE",
-                "SCHEDULE_MIN_INTERVAL"}
+                "SCHEDULE_MIN_INTERVAL", "LOCAL_STEP_TIMEOUT"}
 
 
 def unknown_keys(user_settings) -> list[str]:

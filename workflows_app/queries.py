@@ -31,13 +31,13 @@ def operations_summaries(execution_ids) -> dict:
 
 
 def graph(execution_id) -> dict:
-    """The operations as a graph: nodes with their kind and state, ``edges`` ``[from, to]``
-    where ``to`` depends on ``from``, and ``order`` ``[from, to]`` where the workflow code asked
-    for ``to`` after it had awaited ``from`` (the order of imperative code: ``to`` does not wait
-    for it) — two queries. A child execution's step is a node of kind ``workflow`` with the
+    """The operations as a graph: nodes with their kind, agent, ``local`` (a local step) and
+    state, ``edges`` ``[from, to]`` where ``to`` depends on ``from``, and ``order`` ``[from,
+    to]`` where the workflow code asked for ``to`` after it had awaited ``from`` (the order of
+    imperative code: ``to`` does not wait for it) — two queries. A child execution's step is a node of kind ``workflow`` with the
     child's id as ``child`` (a third query, when there is one)."""
     nodes = list(Operation.objects.filter(execution_id=execution_id)
-                 .values("name", "kind", "operation", "agent", "state", "after"))
+                 .values("name", "kind", "operation", "agent", "local", "state", "after"))
     edges = (OperationDependency.objects.filter(operation__execution_id=execution_id).order_by("id")
              .values_list("depends_on__name", "operation__name"))
     started = {}

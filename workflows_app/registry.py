@@ -43,7 +43,8 @@ _OWN_CODE = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + 
 
 @dataclass(eq=False)
 class OperationDef:
-    """A registered operation: ``func(ctx, *args, **kwargs)`` run on an agent."""
+    """A registered operation: ``func(ctx, *args, **kwargs)`` run on an agent — or, ``local``,
+    inside the manager's pass over its execution (``workflows_app.local_steps``)."""
 
     name: str
     func: object
@@ -54,6 +55,8 @@ class OperationDef:
     timeout: float | None = None
     #: Its rate and concurrency limits (``workflows_app.flow.limits``).
     limits: Limits = limits_module.NONE
+    #: Its steps run in the manager's pass, with no agent and no message (a call may say otherwise).
+    local: bool = False
 
     def __call__(self, *args, **kwargs):
         return self.func(*args, **kwargs)
@@ -160,8 +163,10 @@ def _register(table, kind, definition):
 
 
 def operation(func=None, *, name=None, max_retries=None, retry_interval=None, retry_backoff=1.0, retry_for=(), timeout=None,
-              rate_limit=None, rate_key=None, concurrency=None, concurrency_key=None):
-    """Register an operation; works with and without parentheses. ``rate_limit`` ("10/s", "600/m",
+              rate_limit=None, rate_key=None, concurrency=None, concurrency_key=None, local=False):
+    """Register an operation; works with and without parentheses. ``local``: its steps run
+    inside the manager's pass over their execution, with no agent and no broker message
+    (``workflows_app.local_steps``); a call may say otherwise. ``rate_limit`` ("10/s", "600/m",
     "1000/h") and ``concurrency`` (N): at most that many attempts sent in any window of the
     period, or sent or started at once, per value of ``rate_key`` / ``concurrency_key`` ("agent",
     or one of its parameters; none: the whole operation), kept by the managers
@@ -169,11 +174,16 @@ def operation(func=None, *, name=None, max_retries=None, retry_interval=None, re
 
     def wrap(fn):
         op_name = name or fn.__name__
+        if not isinstance(local, bool):
+            raise RegistrationError(f"operation {op_name!r}: local must be True or False, not {local!r}")
+        if local and "agent" in (rate_key, concurrency_key):
+            raise RegistrationError(f"operation {op_name!r} is local: it runs on no agent, so its limits cannot "
+                                    "be kept per agent (rate_key / concurrency_key 'agent')")
         declared = limits_module.check(op_name, fn, rate_limit=rate_limit, rate_key=rate_key,
                                        concurrency=concurrency, concurrency_key=concurrency_key)
         return _register(_operations, "operation", OperationDef(
             name=op_name, func=fn, max_retries=max_retries, retry_interval=retry_interval,
-            retry_backoff=retry_backoff, retry_for=tuple(retry_for), timeout=timeout, limits=declared))
+            retry_backoff=retry_backoff, retry_for=tuple(retry_for), timeout=timeout, limits=declared, local=local))
 
     return wrap(func) if func is not None else wrap
 

@@ -91,19 +91,28 @@ def create_execution(execution, event) -> Execution:
     return _insert_with_event(execution, event)
 
 
-def create_operation(operation, target) -> Operation:
+def create_operation(operation, target, *, through=(), data=None, **fields) -> Operation:
     """Store a new ``operation`` (an unsaved instance, ``pending``) already moved on to
-    ``target``, with the event of that move — what :func:`operation_transition` from ``pending``
-    right after the INSERT would write, in one statement on PostgreSQL instead of two: a step
-    that may start as it is stored (every step of an imperative workflow) goes in ``sending``."""
-    source, target = OperationState(operation.state), OperationState(target)
-    if source != OperationState.PENDING or target not in OPERATION_TRANSITIONS[source]:
-        raise InvalidTransition("operation", operation.pk, source, target, source)
-    attempt = operation.attempt + 1 if target == OperationState.SENDING else operation.attempt
-    event = _operation_event(operation, source, target, attempt, "", None)
-    operation.state, operation.attempt = target, attempt
-    setattr(operation, OPERATION_STATE_TIMESTAMP[target], clock.now())
-    return _insert_with_event(operation, event)
+    ``target`` — through the states ``through`` first, each move with its event, as
+    :func:`operation_transition` from ``pending`` right after the INSERT would write them — in one
+    statement on PostgreSQL: a step that may start as it is stored (every step of an imperative
+    workflow) goes in ``sending``; a local step its own pass runs goes to ``started``. ``data``:
+    the last event's; ``fields``: other columns of the row."""
+    source = OperationState(operation.state)
+    path = [OperationState(state) for state in (*through, target)]
+    if source != OperationState.PENDING:
+        raise InvalidTransition("operation", operation.pk, source, path[0], source)
+    events, now, attempt = [], clock.now(), operation.attempt
+    for before, after in zip([source, *path], path):
+        if after not in OPERATION_TRANSITIONS[before]:
+            raise InvalidTransition("operation", operation.pk, before, after, source)
+        attempt = attempt + 1 if after == OperationState.SENDING else attempt
+        events.append(_operation_event(operation, before, after, attempt, "", data if after == path[-1] else None))
+        setattr(operation, OPERATION_STATE_TIMESTAMP[after], now)
+    operation.state, operation.attempt = path[-1], attempt
+    for name, value in fields.items():
+        setattr(operation, name, value)
+    return _insert_with_events(operation, events)
 
 
 def create_kept_operations(operations, *, message, data=None) -> list:
@@ -123,41 +132,49 @@ def create_kept_operations(operations, *, message, data=None) -> list:
 
 
 def _insert_with_event(instance, event):
-    """Save the new ``instance`` and ``event`` together. On PostgreSQL one statement (the
-    event's INSERT reads a data-modifying CTE, so it is written only with the row; both ids are
+    return _insert_with_events(instance, [event])
+
+
+def _insert_with_events(instance, events):
+    """Save the new ``instance`` and its ``events`` together. On PostgreSQL one statement (the
+    events' INSERT reads a data-modifying CTE, so they are written only with the row; the ids are
     made in Python). Elsewhere, or when a field's value is left to the database (a
-    ``db_default`` without a Python default), both are saved by the ORM in the caller's
+    ``db_default`` without a Python default), all are saved by the ORM in the caller's
     transaction or one of their own."""
     model = type(instance)
     values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in model._meta.concrete_fields]
     if connection.vendor != "postgresql" or any(hasattr(value, "as_sql") for value in values):
         with _atomic():
             instance.save(force_insert=True)
-            event.save(force_insert=True)
+            for event in events:
+                event.save(force_insert=True)
         return instance
-    values += [field.get_db_prep_save(field.pre_save(event, True) if field.name == "timestamp" else getattr(event, field.attname),
-                                      connection)
-               for field in map(Event._meta.get_field, EVENT_COLUMNS)]
+    for event in events:
+        values += [field.get_db_prep_save(field.pre_save(event, True) if field.name == "timestamp"
+                                          else getattr(event, field.attname), connection)
+                   for field in map(Event._meta.get_field, EVENT_COLUMNS)]
     with db.cursor() as cursor:
-        cursor.execute(_insert_with_event_sql(model), values)
-        event.pk = cursor.fetchone()[0]
-    for saved in (instance, event):
+        cursor.execute(_insert_with_events_sql(model, len(events)), values)
+        for event, (pk,) in zip(events, cursor.fetchall()):
+            event.pk = pk
+    for saved in (instance, *events):
         saved._state.adding, saved._state.db = False, connection.alias
     return instance
 
 
 @functools.cache
-def _insert_with_event_sql(model):
-    """The statement of :func:`_insert_with_event`, built once per process and model: every
-    concrete column of the row, then the event's ``EVENT_COLUMNS``."""
+def _insert_with_events_sql(model, count):
+    """The statement of :func:`_insert_with_events`, built once per process, model and number of
+    events: every concrete column of the row, then each event's ``EVENT_COLUMNS``, in order."""
     q = connection.ops.quote_name
     meta, event_meta = model._meta, Event._meta
     columns = ", ".join(q(field.column) for field in meta.concrete_fields)
     event_columns = ", ".join(q(event_meta.get_field(name).column) for name in EVENT_COLUMNS)
     placeholders = ", ".join(["%s"] * len(meta.concrete_fields))
+    one = f"SELECT {', '.join(['%s'] * len(EVENT_COLUMNS))} FROM new"
     return (f"WITH new AS (INSERT INTO {q(meta.db_table)} ({columns}) VALUES ({placeholders}) "
             f"RETURNING {q(meta.pk.column)}) "
-            f"INSERT INTO {q(event_meta.db_table)} ({event_columns}) SELECT {', '.join(['%s'] * len(EVENT_COLUMNS))} FROM new "
+            f"INSERT INTO {q(event_meta.db_table)} ({event_columns}) {' UNION ALL '.join([one] * count)} "
             f"RETURNING {q(event_meta.pk.column)}")
 
 

@@ -1,11 +1,13 @@
 """What every pool process of a Switchyard worker (a manager or an agent) does, through Celery's
 signals: it leads its own process group, keeps its database connection from one task to the
-next, and records the dispatcher it runs. ``prepare`` sets up the worker before it starts.
+next, and records the dispatcher it runs, and the local steps its passes run (:class:`PoolHost`).
+``prepare`` sets up the worker before it starts.
 
 Imported by ``run_manager`` and ``run_agent`` before Celery forks its pool, so the receivers are
 connected in every pool process; a Celery worker the project runs for its own tasks is left alone.
 """
 
+import contextlib
 import logging
 import os
 import time
@@ -17,6 +19,7 @@ from django.db import close_old_connections, connections
 
 from agents.worker import local
 from workflows_app.broker import ADVANCE_TASK
+from workflows_app.local_steps import host
 
 #: A connection idle longer than this is checked (and closed if dead or too old) before the
 #: next task uses it. Between tasks that follow each other closely it is not: Django's check is
@@ -53,6 +56,7 @@ def prepare(app):
     override(app, "broker_channel_error_retry", True)
     app.conf["CELERY_DB_REUSE_MAX"] = 2**31
     json_only(app)
+    host.install(PoolHost())
     revokes = logging.getLogger("celery.worker.control")
     if not any(isinstance(each, NoBackendToMark) for each in revokes.filters):
         revokes.addFilter(NoBackendToMark())
@@ -113,6 +117,28 @@ def override(app, key, value):
     conf[key] = value
     if conf.prefix:
         conf[match_case(conf.prefix + key, conf.prefix)] = value
+
+
+class PoolHost(host.Host):
+    """A local step a pass runs in this pool process is recorded as running here, as an operation
+    this worker runs for its queue is: a starting manager asking the workers what they run hears
+    of it, and a kill of the attempt finds this process group. Its started attempt carries this
+    run's incarnation."""
+
+    def incarnation(self) -> str:
+        return local.incarnation()
+
+    @contextlib.contextmanager
+    def running(self, operation_id, attempt):
+        key = local.attempt_key(operation_id, attempt)
+        local.mark_running(key)
+        try:
+            yield
+        finally:
+            local.mark_done(key)
+
+    def cancel_requested(self, operation_id, attempt) -> bool:
+        return local.cancel_requested(local.attempt_key(operation_id, attempt))
 
 
 @worker_process_init.connect

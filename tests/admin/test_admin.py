@@ -292,6 +292,35 @@ def test_operations_link_to_their_flower_task_pages_when_flower_url_is_set(admin
         assert "flower.example" not in admin_client.get(page_url(execution)).content.decode()
 
 
+@override_settings(WORKFLOWS={"FLOWER_URL": "http://flower.example:5555"})
+def test_a_local_step_is_marked_local_in_the_lists_the_page_and_the_graph(admin_client, make_execution, make_operation):
+    """A local step runs inside the manager's pass (its agent: the managers' queue), with no
+    message: every view says so, and none links it to a Celery task in Flower."""
+    execution = make_execution()
+    local = make_operation(OperationState.SUCCEEDED, execution, name="tally", operation="local_add", attempt=1,
+                           local=True)
+    remote = make_operation(OperationState.STARTED, execution, name="ship", operation="remote_double", attempt=1,
+                            agent="warehouse")
+
+    body = admin_client.get(page_url(execution)).content.decode()
+    rows = dict(re.findall(r'<tr data-step="([^"]+)">(.*?)</tr>', body, re.S))
+    assert '<span class="sy-local"' in rows["tally"] and "sy-local" not in rows["ship"]
+    assert local.task_id not in body and f"/task/{remote.task_id}" in body, "a local step has no Celery task"
+
+    nodes = {n["name"]: n for n in admin_client.get(graph_url(execution)).json()["nodes"]}
+    assert {name: (n["agent"], n["local"]) for name, n in nodes.items()} == {
+        "tally": ("management", True), "ship": ("warehouse", False)}
+
+    changelist = reverse("admin:workflows_app_operation_changelist")
+    listed = admin_client.get(changelist).content.decode()
+    assert 'class="sortable column-local"' in listed and "?local__exact=1" in listed, "a column and a filter"
+    only_local = admin_client.get(changelist + "?local__exact=1").content.decode()
+    assert ">tally<" in only_local and ">ship<" not in only_local
+    assert ">ship<" in admin_client.get(changelist + "?local__exact=0").content.decode()
+    page = admin_client.get(reverse("admin:workflows_app_operation_change", args=[local.pk])).content.decode()
+    assert re.search(r'field-local.*?icon-yes\.svg', page, re.S) and "flower.example" not in page
+
+
 # --- the actions ----------------------------------------------------------------------------------
 
 
@@ -546,7 +575,9 @@ def test_agents_show_status_heartbeat_age_running_and_a_flower_link(admin_client
     rows = {name: row for name, row in re.findall(r'<tr[^>]*>.*?>(host-\d)<.*?</tr>', body, re.S) and [
         (m.group(1), m.group(0)) for m in re.finditer(r'<tr[^>]*>(?:(?!</tr>).)*?>(host-\d)<(?:(?!</tr>).)*</tr>', body, re.S)]}
     assert 'sy-badge sy-online">online' in rows["host-1"] and 'sy-badge sy-offline">offline' in rows["host-2"]
-    assert re.search(r">[56]s ago<", rows["host-1"]) and "2h 00m" in rows["host-2"]
+    # Its age as the page was made: 5 s and the time the test took since (seconds on a busy machine).
+    age, took = re.search(r">(\d+)s ago<", rows["host-1"]), (timezone.now() - now).total_seconds()
+    assert age and 5 <= int(age.group(1)) <= 5 + took and "2h 00m" in rows["host-2"]
     assert '<td class="field-running_operations">2</td>' in rows["host-1"]
     assert 'href="http://flower.example:5555/worker/host-1%40box"' in rows["host-1"]
     assert admin_client.get(reverse("admin:agents_agent_add")).status_code == 403

@@ -168,6 +168,30 @@ def test_the_attempts_are_read_from_the_events_of_each_move(make_execution):
     assert seen()[1] == (2, at(2.0), at(2.2), at(3.0), "cancelled", None, "host-1", True)
 
 
+def test_a_local_steps_row_is_marked_local_and_its_bar_names_the_managers_queue(make_execution):
+    """A local step ran inside the manager's pass: its row says ``local`` (left out for the
+    others, as a bar's empty fields are), its bar's agent is the managers' queue."""
+    execution = make_execution(started_at=at(0))
+    steps = {"tally": Operation.objects.create(execution=execution, name="tally", operation="local_add",
+                                               agent="management", local=True),
+             "ship": Operation.objects.create(execution=execution, name="ship", operation="remote_double",
+                                              agent="warehouse")}
+    now = [at(0)]
+    with clock.using(lambda: now[0]):
+        for offset, (name, operation) in enumerate(steps.items()):
+            for seconds, target, attempt, data in [(0, OperationState.SENDING, None, None),
+                                                   (0.1, OperationState.SENT, 1, None),
+                                                   (0.2, OperationState.STARTED, 1, {"agent": operation.agent}),
+                                                   (0.5, OperationState.SUCCEEDED, 1, None)]:
+                now[0] = at(offset + seconds)
+                operation_transition(operation, target, attempt=attempt, data=data)
+    data = timeline.of(execution, now=at(5))
+    rows = {row["name"]: row for row in data["rows"]}
+    assert rows["tally"]["local"] is True and "local" not in rows["ship"]
+    assert [(bar["agent"], bar["outcome"]) for bar in rows["tally"]["bars"]] == [("management", "succeeded")]
+    assert [(bar["agent"], bar["outcome"]) for bar in rows["ship"]["bars"]] == [("warehouse", "succeeded")]
+
+
 def fan_out(n, *, now, agents=4, slots=2, seconds=(0.3, 0.9), retry_every=0, fail_every=0, lag=60.0,
             status=ExecutionStatus.STARTED):
     """Store an execution of ``prepare``, then ``item-0`` … ``item-<n-1>`` (a fan-out sent at once

@@ -276,3 +276,39 @@ def test_the_heartbeat_of_an_agent_with_no_row_registers_it():
     intake.take([prove({"kind": "heartbeat", "agent": "newcomer", "incarnation": "run-9"})])
     agent = Agent.objects.get(name="newcomer")
     assert agent.incarnation == "run-9" and agent.status == "online"
+
+
+def test_any_report_of_the_current_run_counts_as_its_heartbeat_but_only_a_heartbeat_makes_a_row(make_operation):
+    """A run claims what waits for it before its first heartbeat: the claim says it is alive (the
+    managers' sweep takes an agent silent for AGENT_OFFLINE_AFTER_SECONDS for offline, and what
+    it started for lost). A report of an earlier run says nothing of the current one, and the
+    reports of operations the managers run, under the management queue's name, make no agent."""
+    long_ago = timezone.now() - timedelta(minutes=5)
+    Agent.objects.create(name=AGENT, incarnation="run-1", last_heartbeat=long_ago)
+    sent = make_operation(OperationState.SENT, agent=AGENT, attempt=1)
+    intake.take([signed("claim", sent)])
+    assert Agent.objects.get(name=AGENT).last_heartbeat > long_ago
+
+    Agent.objects.filter(name=AGENT).update(incarnation="run-2", last_heartbeat=long_ago)
+    intake.take([signed("log", sent, message="from the earlier run", data={})])
+    assert Agent.objects.get(name=AGENT).last_heartbeat == long_ago, "an earlier run's report is not this run's"
+
+    managers = make_operation(OperationState.SENT, agent="management", attempt=1)
+    intake.take([signed("claim", managers, agent="management")])
+    assert not Agent.objects.filter(name="management").exists()
+
+
+@pytest.mark.parametrize("kind", ["claim", "outcome"])
+def test_no_report_speaks_for_a_local_step_even_proved_with_the_managers_key(make_operation, kind, caplog):
+    """A local step runs in its manager's pass, which records it: a claim or an outcome on the
+    wire about it — even proved with the key of the management queue it is filed under — is not
+    its own, and changes nothing."""
+    manager = "management"
+    step = make_operation(OperationState.STARTED, agent=manager, local=True, attempt=1, incarnation="run-1",
+                          started_at=timezone.now())
+    report = signed(kind, step, agent=manager, **({"outcome": "succeeded", "result": "forged"} if kind == "outcome" else {}))
+    with caplog.at_level(logging.WARNING, logger="agents.intake"):
+        assert intake.take([report]) == []
+    step.refresh_from_db()
+    assert (step.state, step.result) == (OperationState.STARTED, None)
+    assert "a local step: ignored" in caplog.text

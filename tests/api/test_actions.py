@@ -152,7 +152,7 @@ def test_a_workflow_is_paused_and_unpaused_as_a_whole(api):
     assert response.status_code == 200, response.content
     body = response.json()
     assert (body["workflow_id"], body["paused"], body["paused_by"], body["started"]) == ("demo", True, "alice", None)
-    listed = {w["name"]: w["paused"] for w in api.get(f"{API}/workflows").json()["results"]}
+    listed = {w["name"]: w["paused"] for w in api.get(f"{API}/workflows", {"limit": 1000}).json()["results"]}
     assert listed["demo"] is True and not any(paused for name, paused in listed.items() if name != "demo")
     assert_error(act_on_workflow(api, "demo", {"action": "pause"}), 409, "invalid_transition")
     body = act_on_workflow(api, "demo", {"action": "unpause"}).json()

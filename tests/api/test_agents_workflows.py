@@ -47,7 +47,7 @@ def test_workflows_lists_the_registered_workflows_with_their_parameters(api, mon
 
     monkeypatch.setitem(registry._workflows, "needs", registry.WorkflowDef(
         name="needs", func=needs, failure_mode="fail_fast", timeout=30))
-    response = api.get(f"{API}/workflows")
+    response = api.get(f"{API}/workflows", {"limit": 1000})
     assert response.status_code == 200
     rows = {row["name"]: row for row in response.json()["results"]}
     limits = queries.operation_limits()
@@ -74,7 +74,7 @@ def test_a_default_that_is_not_json_is_shown_as_its_repr(api, monkeypatch):
         pass
 
     monkeypatch.setitem(registry._workflows, "odd", registry.WorkflowDef(name="odd", func=odd))
-    rows = {row["name"]: row for row in api.get(f"{API}/workflows").json()["results"]}
+    rows = {row["name"]: row for row in api.get(f"{API}/workflows", {"limit": 1000}).json()["results"]}
     assert rows["odd"]["parameters"] == [{"name": "thing", "required": False, "default": repr(marker)},
                                          {"name": "many", "required": False, "default": [1, 2]}]
 

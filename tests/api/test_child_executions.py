@@ -36,6 +36,6 @@ def test_a_childs_step_is_a_workflow_node_with_the_childs_id(api, make_execution
     make_operation(OperationState.PENDING, parent, name="plain", operation="op", agent="a1")
     nodes = {node["name"]: node for node in api.get(f"{API}/executions/{parent.pk}/graph").json()["nodes"]}
     assert nodes["child0"] == {"name": "child0", "kind": "workflow", "operation": "example", "agent": "",
-                               "state": "started", "child": str(child.pk)}
+                               "local": False, "state": "started", "child": str(child.pk)}
     assert (nodes["child1"]["kind"], nodes["child1"]["child"]) == ("workflow", None)  # not started yet
     assert (nodes["plain"]["kind"], nodes["plain"]["child"]) == ("operation", None)

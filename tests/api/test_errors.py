@@ -130,7 +130,17 @@ def test_every_path_answers_the_same_with_and_without_a_trailing_slash(api, star
     if path.endswith(("/schema", "/docs")):
         assert len(bare.content) > 1000 and bare["Content-Type"] == slashed["Content-Type"]
     else:
-        assert bare.json() == slashed.json()
+        assert _pages_as_bare(bare.json()) == _pages_as_bare(slashed.json())
+
+
+def _pages_as_bare(body):
+    """A list's links to its next and previous pages repeat the path asked for, with its slash or
+    without: a list longer than a page (every test module's workflows, registered in one worker)
+    links to its next page either way."""
+    if isinstance(body, dict):
+        return {key: value.replace("/?", "?") if key in ("next", "previous") and isinstance(value, str) else value
+                for key, value in body.items()}
+    return body
 
 
 def test_every_post_answers_the_same_with_a_trailing_slash(force_api, started):

@@ -5,22 +5,24 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.api.conftest import API
+from tests.api.conftest import API, openapi
 from workflows_app.models import OperationDependency
 from workflows_app.states import OperationState
 
-OPERATION_FIELDS = {"id", "execution", "name", "operation", "args", "kwargs", "agent", "state", "result", "error",
-                    "attempt", "current_retries", "max_retries", "retry_interval", "next_attempt_at", "timeout",
+OPERATION_FIELDS = {"id", "execution", "name", "operation", "args", "kwargs", "agent", "local", "state", "result",
+                    "error", "attempt", "current_retries", "max_retries", "retry_interval", "next_attempt_at", "timeout",
                     "depends_on", "pending_at", "sending_at", "sent_at", "started_at", "rescheduled_at",
                     "succeeded_at", "failed_at", "cancelled_at"}
 
 
 @pytest.fixture
 def diamond(make_execution, make_operation):
-    """a -> (b, c) -> d, plus an operation of another execution."""
+    """a -> (b, c) -> d, plus an operation of another execution; b is a local step (it runs in
+    the manager's pass: its agent is the managers' queue)."""
     execution = make_execution()
     ops = {name: make_operation(OperationState.PENDING, execution, name=name, operation=f"op_{name}",
-                                agent=f"ag-{name}") for name in "abcd"}
+                                agent="management" if name == "b" else f"ag-{name}", local=name == "b")
+           for name in "abcd"}
     for before, after in [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")]:
         OperationDependency.objects.create(operation=ops[after], depends_on=ops[before])
     make_operation(OperationState.PENDING, name="elsewhere")
@@ -48,6 +50,17 @@ def test_the_operations_of_an_execution_with_every_field_and_dependencies_as_nam
     assert a["error"] == {"type": "ValueError", "message": "bad", "traceback": "..."}
     assert (a["args"], a["kwargs"], a["timeout"], a["result"]) == ([1, "x"], {"k": None}, 9.5, None)
     assert a["failed_at"].endswith("Z") and a["next_attempt_at"].endswith("Z") and a["succeeded_at"] is None
+    assert {name: (row["agent"], row["local"]) for name, row in rows.items()} == {
+        "a": ("ag-a", False), "b": ("management", True), "c": ("ag-c", False), "d": ("ag-d", False)}
+
+
+def test_the_schema_shows_local_as_a_read_only_boolean_of_an_operation_and_of_a_graph_node():
+    components = openapi()["components"]["schemas"]
+    assert components["Operation"]["properties"]["local"]["type"] == "boolean"
+    assert components["Operation"]["properties"]["local"]["readOnly"] is True
+    assert "local" in components["Operation"]["required"]
+    assert components["GraphNode"]["properties"]["local"]["type"] == "boolean"
+    assert "local" in components["GraphNode"]["required"]
 
 
 def test_the_operations_are_paginated(api, diamond):
@@ -71,10 +84,14 @@ def test_the_graph_has_a_node_per_operation_and_an_edge_per_dependency(api, diam
     assert response.status_code == 200
     body = response.json()
     assert sorted(body["nodes"], key=lambda n: n["name"]) == [
-        {"name": "a", "kind": "operation", "operation": "op_a", "agent": "ag-a", "state": "succeeded", "child": None},
-        {"name": "b", "kind": "operation", "operation": "op_b", "agent": "ag-b", "state": "pending", "child": None},
-        {"name": "c", "kind": "operation", "operation": "op_c", "agent": "ag-c", "state": "pending", "child": None},
-        {"name": "d", "kind": "operation", "operation": "op_d", "agent": "ag-d", "state": "pending", "child": None},
+        {"name": "a", "kind": "operation", "operation": "op_a", "agent": "ag-a", "local": False, "state": "succeeded",
+         "child": None},
+        {"name": "b", "kind": "operation", "operation": "op_b", "agent": "management", "local": True, "state": "pending",
+         "child": None},
+        {"name": "c", "kind": "operation", "operation": "op_c", "agent": "ag-c", "local": False, "state": "pending",
+         "child": None},
+        {"name": "d", "kind": "operation", "operation": "op_d", "agent": "ag-d", "local": False, "state": "pending",
+         "child": None},
     ]
     assert sorted(body["edges"]) == [["a", "b"], ["a", "c"], ["b", "d"], ["c", "d"]], "[from, to]: to depends on from"
 

@@ -60,7 +60,7 @@ def test_nan_for_a_float_is_refused_as_the_json_it_is_not(api, typed):
 
 
 def test_workflows_gives_each_workflow_the_json_schema_of_its_parameters(api, typed):
-    rows = {row["name"]: row for row in api.get(f"{API}/workflows").json()["results"]}
+    rows = {row["name"]: row for row in api.get(f"{API}/workflows", {"limit": 1000}).json()["results"]}
     schema = rows["typed"]["schema"]
     assert schema == registry.get_workflow("typed").schema
     assert schema["required"] == ["n"] and schema["additionalProperties"] is False

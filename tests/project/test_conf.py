@@ -35,6 +35,7 @@ SPEC_DEFAULTS = {
     "AGENT_MASTER_KEY": None,
     # How long a start's idempotency key answers with the execution it started.
     "IDEMPOTENCY_SECONDS": 86400,
+    "LOCAL_STEP_TIMEOUT": 30,
 }
 
 

@@ -136,7 +136,7 @@ def test_the_docs_build_without_a_warning_or_a_broken_link(tmp_path):
 
 
 def test_the_contents_list_every_page_once_in_reading_order():
-    order = ["getting-started", "concepts", "writing-workflows", "failures", "stopping", "resume", "pausing", "bulk-actions", "children",
+    order = ["getting-started", "concepts", "writing-workflows", "local-steps", "failures", "stopping", "resume", "pausing", "bulk-actions", "children",
              "django-tasks", "api", "admin", "flower", "commands", "configuration", "deploying", "operations", "schedules", "concurrency", "flow-control",
              "metrics", "tracing", "security", "testing",
              "changing-workflow-code", "benchmarks", "glossary"]

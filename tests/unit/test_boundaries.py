@@ -30,7 +30,7 @@ LAYERS = [
                      "workflows_app.tracing"]),
     ("broker", ["workflows_app.broker"]),
     ("engine", ["workflows_app.engine", "workflows_app.flow.gate", "workflows_app.flow.idempotency",
-                "workflows_app.pausing"]),
+                "workflows_app.pausing", "workflows_app.local_steps"]),
     ("services", ["workflows_app.services", "workflows_app.queries", "workflows_app.retention",
                   "workflows_app.metrics", "workflows_app.schedules", "workflows_app.task_runs",
                   "agents.intake", "agents.accounts", "agents.warnings", "agents.metrics", "workflows_app.flow.waiting",

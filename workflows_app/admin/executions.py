@@ -471,7 +471,7 @@ class ExecutionAdmin(admin.ModelAdmin):
         operations = Operation.objects.filter(execution_id=execution_id).order_by("pending_at", "id")
         if state:
             operations = operations.filter(state=state)
-        operations = operations.only("id", "execution_id", "name", "operation", "agent", "state", "attempt",
+        operations = operations.only("id", "execution_id", "name", "operation", "agent", "local", "state", "attempt",
                                      "current_retries", "error", "started_at", "succeeded_at", "failed_at",
                                      "cancelled_at", "flow_wait", "rate_key", "concurrency_key")
         for _ in range(CONSISTENT_READS):
@@ -493,7 +493,7 @@ class ExecutionAdmin(admin.ModelAdmin):
             "duration": display.duration(operation.started_at, ended if operation.is_terminal else None),
             "error": display.error_line(operation.error),
             "waiting": display.flow_wait(operation),
-            "flower": display.flower_task_url(operation.task_id) if operation.attempt else None,
+            "flower": display.flower_task_url(operation.task_id) if operation.attempt and not operation.local else None,
             "url": reverse("admin:workflows_app_operation_change", args=[operation.pk]),
         }
 

@@ -35,12 +35,12 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyAdmin):
-    list_display = ["name", "operation", "execution_link", "agent", "state_badge", "attempt", "started"]
-    list_filter = ["state", "agent"]
+    list_display = ["name", "operation", "execution_link", "agent", "local", "state_badge", "attempt", "started"]
+    list_filter = ["state", "local", "agent"]
     search_fields = ["name", "operation", "=execution__id"]
     list_select_related = ["execution"]
-    fields = ["execution", "name", "operation", "agent", "state_badge", "attempt", "current_retries", "max_retries",
-              "args_json", "kwargs_json", "result_json", "error_text", "flower_link", "incarnation",
+    fields = ["execution", "name", "operation", "agent", "local", "state_badge", "attempt", "current_retries",
+              "max_retries", "args_json", "kwargs_json", "result_json", "error_text", "flower_link", "incarnation",
               "pending", "sent", "started", "succeeded", "failed", "cancelled"]
     readonly_fields = fields
 
@@ -81,7 +81,8 @@ class OperationAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Flower")
     def flower_link(self, operation):
-        url = display.flower_task_url(operation.task_id) if operation.attempt else None
+        # A local step is no Celery task: its pass ran it, with no message.
+        url = display.flower_task_url(operation.task_id) if operation.attempt and not operation.local else None
         return format_html('<a href="{}">task {}</a>', url, operation.task_id) if url else "—"
 
 

@@ -132,19 +132,22 @@ def lanes(members_bars, until, most=MAX_LANES) -> int:
 
 
 def rows(all_bars, steps, groups, until) -> list[dict]:
-    """The timeline's rows: one per step — ``{"name", "state", "operation", "agent", "bars"}``,
-    for each of ``steps`` (the graph's nodes) and each step a bar names — with the members of
-    each of ``groups`` (``picture.groups``) gathered in one ``{"group", "label", "operation",
-    "lanes", "members"}``. Ordered by when their first attempt was sent; the steps never sent
+    """The timeline's rows: one per step — ``{"name", "state", "operation", "agent", "local",
+    "bars"}`` (``local``: a local step, run inside the manager's pass), for each of ``steps``
+    (the graph's nodes) and each step a bar names — with the members of each of ``groups``
+    (``picture.groups``) gathered in one ``{"group", "label", "operation", "lanes",
+    "members"}``. Ordered by when their first attempt was sent; the steps never sent
     last, by name."""
     by_step = {}
     for bar in all_bars:
         by_step.setdefault(bar["step"], []).append(bar)
     step_rows = {step["name"]: {"name": step["name"], "state": step.get("state"), "operation": step.get("operation"),
-                                "agent": step.get("agent"), "bars": by_step.get(step["name"], [])}
+                                "agent": step.get("agent"), "local": bool(step.get("local")),
+                                "bars": by_step.get(step["name"], [])}
                  for step in steps}
     for name, found in by_step.items():
-        step_rows.setdefault(name, {"name": name, "state": None, "operation": None, "agent": None, "bars": found})
+        step_rows.setdefault(name, {"name": name, "state": None, "operation": None, "agent": None, "local": False,
+                                    "bars": found})
     shown = []
     for group in groups:
         members = [step_rows.pop(name) for name in group["members"] if name in step_rows]
@@ -203,8 +206,11 @@ def _row_json(row, origin):
     if "members" in row:
         return {"group": row["group"], "label": row["label"], "operation": row["operation"], "lanes": row["lanes"],
                 "members": [_row_json(member, origin) for member in row["members"]]}
-    return {"name": row["name"], "state": row["state"], "operation": row["operation"], "agent": row["agent"],
-            "bars": [_bar_json(bar, origin) for bar in row["bars"]]}
+    out = {"name": row["name"], "state": row["state"], "operation": row["operation"], "agent": row["agent"],
+           "bars": [_bar_json(bar, origin) for bar in row["bars"]]}
+    if row.get("local"):
+        out["local"] = True  # left out when false, as a bar's empty fields are
+    return out
 
 
 def _bar_json(bar, origin):

@@ -193,8 +193,8 @@ class OperationSerializer(APIModelSerializer):
 
     class Meta:
         model = Operation
-        fields = ("id", "execution", "name", "operation", "args", "kwargs", "agent", "state", "result", "error",
-                  "attempt", "current_retries", "max_retries", "retry_interval", "next_attempt_at", "timeout",
+        fields = ("id", "execution", "name", "operation", "args", "kwargs", "agent", "local", "state", "result",
+                  "error", "attempt", "current_retries", "max_retries", "retry_interval", "next_attempt_at", "timeout",
                   "depends_on", "pending_at", "sending_at", "sent_at", "started_at", "rescheduled_at",
                   "succeeded_at", "failed_at", "cancelled_at")
         read_only_fields = fields
@@ -208,6 +208,8 @@ class GraphNodeSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=StepKind.choices)
     operation = serializers.CharField(help_text="the registered operation, or the child's workflow")
     agent = serializers.CharField(allow_blank=True)
+    local = serializers.BooleanField(help_text="a local step: it runs inside the manager's pass over its "
+                                               "execution, with no agent and no message (false for a workflow node)")
     state = serializers.ChoiceField(choices=OperationState.choices)
     child = serializers.UUIDField(allow_null=True, help_text="a workflow node's child execution (null for an "
                                                              "operation, and until the child is started)")

@@ -33,11 +33,11 @@ class GraphBuilder:
     def __init__(self, replay):
         self._replay, self._nodes = replay, []
 
-    def add(self, name, op, *args, agent=None, depends_on=(), **kwargs):
+    def add(self, name, op, *args, agent=None, depends_on=(), local=None, **kwargs):
         options = {key: kwargs.pop(key) for key in STEP_OPTIONS if kwargs.get(key) is not None}
         for key in STEP_OPTIONS:
             kwargs.pop(key, None)
-        self._nodes.append(_node(name, op, args, kwargs, agent, depends_on, options))
+        self._nodes.append(_node(name, op, args, kwargs, agent, depends_on, options, local))
         return name
 
     def run(self):
@@ -48,9 +48,11 @@ class GraphBuilder:
         return {name: self._replay.operations[name].result for name in names}
 
 
-def _node(name, op, args, kwargs, agent, depends_on, options):
+def _node(name, op, args, kwargs, agent, depends_on, options, local=None):
+    if local is not None and not isinstance(local, bool):
+        raise TypeError(f"step {name!r}: local must be True, False or None, not {local!r}")
     return graphs.NodeSpec(name=name, operation=operation_name(op), args=tuple(args), kwargs=kwargs, agent=agent,
-                           depends_on=tuple(_name_of(d) for d in depends_on), options=options)
+                           depends_on=tuple(_name_of(d) for d in depends_on), options=options, local=local)
 
 
 def _name_of(dependency):
@@ -84,11 +86,14 @@ class WorkflowContext:
         return list(self._replay.operations)
 
     # --- steps ---------------------------------------------------------------------------
-    def execute(self, name, op, *args, agent=None, depends_on=(), max_retries=None, retry_interval=None, timeout=None, **kwargs):
-        """Start step ``name`` (once: a stored step is not started again); returns its handle."""
+    def execute(self, name, op, *args, agent=None, depends_on=(), max_retries=None, retry_interval=None, timeout=None,
+                local=None, **kwargs):
+        """Start step ``name`` (once: a stored step is not started again); returns its handle.
+        ``local``: run it inside this pass, on the manager, with no agent and no message (``None``:
+        as the operation is declared); a local step names no agent (``ValueError``)."""
         options = {k: v for k, v in (("max_retries", max_retries), ("retry_interval", retry_interval),
                                       ("timeout", timeout)) if v is not None}
-        self._replay.store([_node(name, op, args, kwargs, agent, depends_on, options)], awaited=True)
+        self._replay.store([_node(name, op, args, kwargs, agent, depends_on, options, local)], awaited=True)
         return StepHandle(self._replay, name)
 
     def await_execute(self, *args, **kwargs):

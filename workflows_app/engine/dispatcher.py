@@ -4,7 +4,8 @@ It takes the execution's row lock (one advancer at a time, on any manager), star
 execution, applies the failure mode while a step's failure is unhandled, runs the workflow
 function — resuming the live run this process kept of it (``engine.live``), or with durable
 replay from the top — until it returns or suspends, and ends the execution — cancelling every
-operation that is not terminal first, and only then writing the terminal event.
+operation that is not terminal first, and only then writing the terminal event. The local steps
+the pass makes ready run in it, one transaction each (``workflows_app.local_steps``).
 """
 
 import functools
@@ -20,6 +21,7 @@ from workflows_app.engine.context import WorkflowCancelled, WorkflowFailed
 from workflows_app.engine.handles import Suspend
 from workflows_app.engine.replay import Replay
 from workflows_app.errors import RegistrationError, StepFailed
+from workflows_app.local_steps import due, passes
 from workflows_app.models import Execution, Operation
 from workflows_app.pausing import workflows as workflow_pausing
 from workflows_app.registry import get_workflow
@@ -35,46 +37,75 @@ logger = logging.getLogger(__name__)
 
 
 def run_pass(execution_id):
-    """One pass over the execution, under its row lock (an advance message asks for it: ``tasks.advance``)."""
-    with transaction.atomic():
-        execution = _lock(execution_id)
-        if execution is None:
-            logger.warning("pass: execution %s does not exist", execution_id)
-            return
-        # A pending execution never ran: it has no steps to read.
-        new = execution.status == ExecutionStatus.PENDING
-        if new and execution.deferred(clock.now()):
-            return  # an early advance (a manager's start sends one to every pending execution)
-        if new:
-            if workflow_pausing.queue_if_paused(execution):
-                return  # it waits queued until its workflow is unpaused
-            execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
-        if execution.children_ended:
-            children.follow(execution)
-        if execution.status == ExecutionStatus.STARTED:
-            run = live.take(execution)
-            try:
-                run = _run(execution, run, new=new)
-            except BaseException:
-                if run is not None:
-                    run.close()
-                raise
+    """One pass over the execution, under its row lock (an advance message asks for it:
+    ``tasks.advance``). A local step it starts runs once that commits, with no lock held, and
+    the pass goes on in a new transaction that records it: a turn of the loop per local step
+    (``workflows_app.local_steps``)."""
+    for _ in turns(execution_id):
+        pass
+
+
+def turns(execution_id):
+    """:func:`run_pass`, a turn at a time: yields once each turn's transaction has ended, before
+    the local step it started runs. The test harness runs what a turn deferred to its commit
+    there (its transaction is a savepoint of the test's, which never commits), as a commit would."""
+    with due.pass_of(execution_id):
+        finished = None
+        while True:
+            due.new_turn()
+            with transaction.atomic():
+                step = _turn(execution_id, finished)
+            yield
+            if step is None:
+                return
+            finished = passes.run(step)
+
+
+def _turn(execution_id, finished):
+    """One transaction of the pass: what the last local step did (``finished``), the pass, and
+    the local step to run next, started, if there is one."""
+    execution = _lock(execution_id)
+    if execution is None:
+        logger.warning("pass: execution %s does not exist", execution_id)
+        return None
+    if finished is not None:
+        passes.record(finished)
+    # A pending execution never ran: it has no steps to read.
+    new = execution.status == ExecutionStatus.PENDING
+    if new and execution.deferred(clock.now()):
+        return None  # an early advance (a manager's start sends one to every pending execution)
+    if new:
+        if workflow_pausing.queue_if_paused(execution):
+            return None  # it waits queued until its workflow is unpaused
+        execution_transition(execution, ExecutionStatus.STARTED, renew_token=True)
+    if execution.children_ended:
+        children.follow(execution)
+    if execution.status == ExecutionStatus.STARTED:
+        run = live.take(execution)
+        try:
+            run = _run(execution, run, new=new)
+        except BaseException:
             if run is not None:
-                live.keep(run, execution)
-        else:
-            live.forget(execution.pk)
-            if execution.status in EXECUTION_CANCELLING:
-                stopping.carry_on(execution)
-        # terminal or queued: nothing to do (a cancelled one never runs)
+                run.close()
+            raise
+        if run is not None:
+            live.keep(run, execution)
+    else:
+        live.forget(execution.pk)
+        if execution.status in EXECUTION_CANCELLING:
+            stopping.carry_on(execution)
+    # terminal or queued: nothing to do (a cancelled one never runs)
+    return passes.start_next(execution, execution.local_waiting)
 
 
 def _lock(execution_id):
     """The execution, locked for this pass (``FOR NO KEY UPDATE``, which an UPDATE of a column
     no key holds takes), and the pass counted in the same statement: a live run another process
     keeps (``engine.live``) knows from ``passes`` that it was overtaken. In the same statement,
-    ``children_ended``: whether a child ended that a step still follows. ``None``: no such row."""
+    ``children_ended``: whether a child ended that a step still follows, and ``local_waiting``:
+    whether a local step waits for a pass to run it. ``None``: no such row."""
     key = Execution._meta.pk.get_db_prep_value(uuid.UUID(str(execution_id)), connection)
-    rows = db.fetch(Execution, _lock_sql(), [key], extra=("children_ended",))
+    rows = db.fetch(Execution, _lock_sql(), [key], extra=("children_ended", "local_waiting"))
     return rows[0] if rows else None
 
 
@@ -85,7 +116,7 @@ def _lock_sql():
     table = connection.ops.quote_name(meta.db_table)
     pk = f"{table}.{connection.ops.quote_name(meta.pk.column)}"
     return (f"UPDATE {table} SET passes = passes + 1 WHERE {pk} = %s "
-            f"RETURNING {db.columns(Execution)}, {children.ended_sql(pk)}")
+            f"RETURNING {db.columns(Execution)}, {children.ended_sql(pk)}, {passes.waiting_sql(pk)}")
 
 
 def _run(execution, run, *, new=False):

@@ -84,7 +84,8 @@ class NodeSpec:
     """One step of a graph, before it is stored.
 
     ``args`` and ``kwargs`` are bound now; ``input``, when set, is prepended to ``args`` at send
-    time. ``agent`` is a queue name (``None``: the manager's queue). ``options`` holds only the
+    time. ``agent`` is a queue name (``None``: the manager's queue). ``local``: run it inside the
+    manager's pass (``None``: as its operation is declared). ``options`` holds only the
     step options that were given: ``max_retries``, ``retry_interval``, ``timeout``. A child
     execution's step (``kind`` "workflow") names the workflow as its ``operation``.
     """
@@ -98,6 +99,7 @@ class NodeSpec:
     input: Input | None = None
     options: dict = field(default_factory=dict)
     kind: StepKind = StepKind.OPERATION
+    local: bool | None = None
 
 
 def validate(nodes, known=()):

@@ -7,7 +7,7 @@ nothing secret (``manage.py export_execution`` writes it, the replay check reads
      "execution": {"id", "workflow_id", "deployment_id", "parameters", "payload", "status",
                    "failure_mode", "timeout", "error", "is_dry_run", "created_at", "started_at",
                    "ended_at"},
-     "steps":   [{"name", "kind", "operation", "args", "kwargs", "input", "agent", "state",
+     "steps":   [{"name", "kind", "operation", "args", "kwargs", "input", "agent", "local", "state",
                   "result", "error", "attempt", "current_retries", "max_retries",
                   "retry_interval", "retry_backoff", "timeout", "awaited", "after",
                   "depends_on", "failure_handled"}, ...],            # in the order stored
@@ -33,7 +33,7 @@ VERSION = 1
 
 EXECUTION_FIELDS = ("workflow_id", "deployment_id", "parameters", "payload", "status", "failure_mode", "timeout",
                     "error", "is_dry_run")
-STEP_FIELDS = ("name", "kind", "operation", "args", "kwargs", "input", "agent", "state", "result", "error", "attempt",
+STEP_FIELDS = ("name", "kind", "operation", "args", "kwargs", "input", "agent", "local", "state", "result", "error", "attempt",
                "current_retries", "max_retries", "retry_interval", "retry_backoff", "timeout", "awaited", "after",
                "failure_handled")
 WAIT_FIELDS = ("key", "kind", "name", "timeout", "outcome", "payload")
@@ -44,7 +44,7 @@ TYPES = {
     "execution": {"deployment_id": _TEXT, "timeout": _NUMBER, "error": _TEXT, "is_dry_run": _FLAG},
     "steps": {"agent": _TEXT, "attempt": _COUNT, "current_retries": _COUNT, "max_retries": _COUNT,
               "retry_interval": _NUMBER, "retry_backoff": _NUMBER, "timeout": _NUMBER, "awaited": _FLAG,
-              "failure_handled": _FLAG},
+              "failure_handled": _FLAG, "local": _FLAG},
     "waits": {"name": _TEXT, "timeout": _NUMBER},
 }
 #: The longest text of each field the database keeps as text of a bounded length.

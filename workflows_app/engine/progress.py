@@ -13,6 +13,7 @@ from workflows_app import broker, clock, db, values
 from workflows_app.conf import workflows_settings
 from workflows_app.engine import children, policy
 from workflows_app.flow.limits import governs
+from workflows_app.local_steps import due, host
 from workflows_app.errors import TransitionRefused
 from workflows_app.models import Execution, Operation
 from workflows_app.states import (
@@ -63,11 +64,29 @@ def hold_with(hold):
 
 def send_admitted(operations):
     """pending/rescheduled -> sending for ``operations`` (steps of operations, each holding its
-    execution), their messages after commit; returns those it moved."""
+    execution), their messages after commit — but local steps, which go on to ``sent`` with no
+    message (:func:`send_local`); returns those it moved."""
     moved = operations_transition(operations, OperationState.SENDING)
-    if moved:
-        transaction.on_commit(lambda: publish(moved))
+    remote = [op for op in moved if not op.local]
+    if remote:
+        transaction.on_commit(lambda: publish(remote))
+    if len(remote) != len(moved):
+        send_local([op for op in moved if op.local])
     return moved
+
+
+def send_local(operations):
+    """Local steps ``sending`` (each holding its execution) -> ``sent``: no message carries them,
+    a pass over their execution runs them (``workflows_app.local_steps``) — the pass this runs in,
+    which notes them, or one an ``advance`` asks for once this commits."""
+    woken = {}
+    for op in operations_transition(operations, OperationState.SENT, message="a local step: its pass runs it"):
+        if due.in_pass(op.execution_id):
+            due.note([op])
+        else:
+            woken[op.execution_id] = op.execution
+    for execution in woken.values():
+        broker.send_advance_on_commit(execution)
 
 
 #: Messages sent between two writes of their ``sent`` state: an agent that gets a message
@@ -86,6 +105,13 @@ def publish(operations):
     others go on. A broker that cannot be reached raises, as before: what stays ``sending`` is sent
     again by the tick."""
     operations = list(operations)
+    local = [op for op in operations if op.local]
+    if local:  # never a message: their executions are woken to run them (send_local)
+        operations = [op for op in operations if not op.local]
+        sent = {op.execution_id for op in local if op.state == OperationState.SENT}
+        send_local([op for op in local if op.state == OperationState.SENDING])
+        for execution_id in sent:
+            broker.send_advance(execution_id)
     for start in range(0, len(operations), SENT_BATCH):
         batch, unsendable = [], []
         for op in operations[start:start + SENT_BATCH]:
@@ -141,8 +167,17 @@ def store(execution, operations, failed=None):
     and the move took two): every step of an imperative workflow."""
     if (len(operations) == 1 and operations[0].kind == StepKind.OPERATION and not governs(operations[0])
             and _ready(execution, operations, failed)):
+        if operations[0].local and due.in_pass(execution.pk) and due.nothing_noted():
+            # The next step this pass runs, once it commits: stored started at once.
+            fields, data = host.started()
+            due.note([create_operation(operations[0], OperationState.STARTED,
+                                       through=(OperationState.SENDING, OperationState.SENT), data=data, **fields)])
+            return
         moved = [create_operation(operations[0], OperationState.SENDING)]  # it holds ``execution``
-        transaction.on_commit(lambda: publish(moved))
+        if moved[0].local:
+            send_local(moved)
+        else:
+            transaction.on_commit(lambda: publish(moved))
         return
     Operation.objects.bulk_create(operations)
     send_ready(execution, operations, failed)

@@ -39,6 +39,7 @@ from workflows_app import values
 from workflows_app.engine import failures, patches, steps, stopping, waits
 from workflows_app.engine.handles import StepHandle, Suspend, WaitHandle
 from workflows_app.errors import NonDeterministicWorkflow, StepFailed, WorkflowError
+from workflows_app.local_steps import due
 from workflows_app.models import Operation, Wait
 from workflows_app.states import OPERATION_ENDED_BADLY, OperationState, WaitKind, WaitOutcome
 
@@ -138,7 +139,10 @@ class Replay:
         if execution.passes != passes + 1:
             self._load(Operation.objects.filter(execution_id=execution.pk))
         elif self._open:
-            fresh = steps.load([self.operations[name].pk for name in self._open])
+            # A local step this pass just recorded is read as it wrote it (``local_steps.due``).
+            stale = [name for name in self._open if not due.is_fresh(self.operations[name])]
+            fresh = steps.load([self.operations[name].pk for name in stale]) if stale else []
+            fresh += [self.operations[name] for name in self._open if name not in stale]
             self.operations.update((op.name, op) for op in fresh)
             self._open = {op.name for op in fresh if not op.is_terminal}
             self._unhandled |= {op.name for op in fresh if op.state == OperationState.FAILED and not op.failure_handled}

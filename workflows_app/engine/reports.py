@@ -17,12 +17,25 @@ from datetime import timedelta
 
 from django.db import connection, transaction
 
-from workflows_app import broker, clock, db, values
-from workflows_app.engine import policy, progress, stopping
+from workflows_app import broker, clock, db, values, wire
+from workflows_app.engine import outcomes, policy, progress, stopping
 from workflows_app.errors import TransitionRefused, ValueRefused
+from workflows_app.local_steps import due
 from workflows_app.models import Operation, OperationDependency
 from workflows_app.states import EventType, ExecutionStatus, FailureMode, OperationState
 from workflows_app.transitions import operation_transition, record_event
+
+
+def record_outcome(operation, attempt, outcome):
+    """Record what an attempt did, as an agent reports it (``outcome``: the fields of an
+    ``outcome`` report: ``outcome`` — succeeded, failed or cancelled — and ``result``, ``error``,
+    ``retryable``, ``retry_after``), or as a local step's pass found it."""
+    if outcome["outcome"] == wire.Outcome.SUCCEEDED:
+        return record_success(operation, attempt, outcome.get("result"))
+    if outcome["outcome"] == wire.Outcome.CANCELLED:
+        return record_cancelled(operation, attempt, outcome["error"])
+    return record_failure(operation, attempt, outcome["error"], retryable=outcome.get("retryable", False),
+                          retry_after=outcome.get("retry_after"))
 
 
 def record_success(operation, attempt, result):
@@ -33,7 +46,7 @@ def record_success(operation, attempt, result):
     try:
         values.check(result, "result")
     except ValueRefused as refused:
-        return record_failure(operation, attempt, unstorable_result(refused), retryable=False)
+        return record_failure(operation, attempt, outcomes.unstorable_result(refused), retryable=False)
     # No savepoint: no statement here fails and is carried on from (a refused transition changes
     # no row), so inside a batch of reports (``agents.intake``) a savepoint would be two more
     # statements per operation for nothing.
@@ -51,20 +64,23 @@ def record_success(operation, attempt, result):
         ready, still_waiting, failed = _count_down_dependents(operation)
         sent = progress.send_ready(execution, ready, failed) if ready else []
         if operation.awaited:
-            broker.send_advance_on_commit(execution)
+            _wake(execution)
         elif not sent and not (still_waiting and execution.failure_mode != FailureMode.CONTINUE_WHILE_POSSIBLE):
             # Not idle when it just sent something, nor when a dependent still waits for another
             # dependency: that one is in flight, due for a retry, or failed — and outside
             # continue_while_possible a failure wakes the workflow itself, which cancels every
             # pending operation. (In continue_while_possible the dispatcher cancels the dependents
             # of a failed step; until it has, only the idle check can wake the workflow.)
-            transaction.on_commit(lambda: _wake_if_idle(execution))
+            if due.needs_advance(execution.pk):
+                transaction.on_commit(lambda: _wake_if_idle(execution))
     return True
 
 
-def unstorable_result(refused) -> dict:
-    """The error of an attempt whose result ``values.check`` refused (``refused``)."""
-    return {"type": "ValueRefused", "message": f"the operation's {refused}", "traceback": ""}
+def _wake(execution):
+    """The workflow is to see what was recorded: an ``advance`` once this commits — unless the
+    pass over it records its own local step, and goes on at once (``local_steps.due``)."""
+    if due.needs_advance(execution.pk):
+        broker.send_advance_on_commit(execution)
 
 
 def _wake_if_idle(execution):
@@ -134,7 +150,7 @@ def record_failure(operation, attempt, error, *, retryable, retry_after=None, st
         if stop_process:
             stopping.stop_attempts(execution.pk, [(operation.pk, attempt)])
         if target == OperationState.FAILED:
-            broker.send_advance_on_commit(execution)
+            _wake(execution)
     return True
 
 
@@ -160,7 +176,7 @@ def record_cancelled(operation, attempt, error):
                                  message=error.get("message", "")[:500])
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"error": error})
-        broker.send_advance_on_commit(execution)
+        _wake(execution)
     return True
 
 

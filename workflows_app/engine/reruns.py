@@ -22,7 +22,7 @@ from workflows_app.states import OperationState, WaitKind, WaitOutcome
 from workflows_app.transitions import create_kept_operations, record_event
 
 #: The stored fields of a step that its kept copy carries over (the rest is the copy's own).
-KEPT_FIELDS = ("name", "kind", "operation", "args", "kwargs", "agent", "result", "input", "awaited", "after",
+KEPT_FIELDS = ("name", "kind", "operation", "args", "kwargs", "agent", "local", "result", "input", "awaited", "after",
                "max_retries", "retry_interval", "retry_backoff", "timeout")
 #: The outcomes of a wait that are kept: it ended by itself (a cancelled one is not an outcome
 #: the code saw come about).

@@ -75,6 +75,9 @@ def store(execution, known, nodes, *, awaited, failed=None, after=()):
         values.check(node.kwargs, f"step '{node.name}' kwargs")
         if node.agent and node.kind != StepKind.WORKFLOW:  # none (or ""): a manager runs it
             values.check_agent_name(node.agent, f"step '{node.name}'")
+            if _local(node):
+                raise ValueError(f"step {node.name!r} is local: it runs in the manager's pass and names no agent "
+                                 f"(agent={node.agent!r})")
     settings = workflows_settings
     inside = {node.name for node in new}
     rows = []
@@ -91,11 +94,14 @@ def store(execution, known, nodes, *, awaited, failed=None, after=()):
             row.agent, row.max_retries = "", 0
         else:
             definition = get_operation(node.operation)
+            row.local = _local(node, definition)
             row.agent = node.agent or settings.MANAGEMENT_QUEUE
             row.max_retries = _first(node.options.get("max_retries"), definition.max_retries, settings.MAX_RETRIES)
             row.retry_interval = _first(node.options.get("retry_interval"), definition.retry_interval, settings.RETRY_INTERVAL)
             row.retry_backoff = definition.retry_backoff
-            row.timeout = _first(node.options.get("timeout"), definition.timeout, None)
+            # A local step always has one: it holds its manager's pass while it runs.
+            row.timeout = _first(node.options.get("timeout"), definition.timeout,
+                                 settings.LOCAL_STEP_TIMEOUT if row.local else None)
             gate.stamp(row, definition)
         rows.append(row)
     progress.store(execution, rows, failed)
@@ -125,6 +131,25 @@ def _as_stored(value):
         return json.loads(json.dumps(value))
     except (TypeError, ValueError):
         return value  # not storable: it differs from whatever was stored
+
+
+def _local(node, definition=None) -> bool:
+    """Whether ``node`` runs in the manager's pass: as the call says, else as its operation is declared."""
+    if node.local is not None:
+        return node.local
+    return (definition or get_operation(node.operation)).local
+
+
+def call_args(operation) -> list:
+    """The positional arguments an attempt of ``operation`` runs with: its own, after the input a
+    canvas passes on (a result, or a list of them, read from its dependencies) when it has one."""
+    args = list(operation.args)
+    if operation.input is not None:
+        results = dict(Operation.objects.filter(execution_id=operation.execution_id,
+                                                name__in=graphs.Input.from_json(operation.input).names())
+                       .values_list("name", "result"))
+        args.insert(0, graphs.resolve(operation.input, results))
+    return args
 
 
 def _first(*values):

@@ -34,6 +34,7 @@ from workflows_app.engine import (
     waits,
 )
 from workflows_app.flow import gate
+from workflows_app.local_steps import passes
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
 from workflows_app.pausing import workflows as workflow_pausing
@@ -166,7 +167,9 @@ def fail_timed_out_operations(now):
     """An operation's timeout, measured from its stored start, fails the attempt (retryable)."""
     overdue = Operation.objects.filter(state=OperationState.STARTED, timeout__isnull=False)
     for operation in overdue.select_related(None):
-        if operation.started_at + timedelta(seconds=operation.timeout) <= now:
+        # A local step's own pass interrupts it at its timeout: the tick fails one whose pass is gone.
+        grace = passes.OVERDUE_GRACE_SECONDS if operation.local else 0
+        if operation.started_at + timedelta(seconds=operation.timeout + grace) <= now:
             reports.record_failure(operation, operation.attempt, {
                 "type": "OperationTimeout", "message": f"no result within its timeout of {operation.timeout}s", "traceback": ""},
                 retryable=True, stop_process=True)

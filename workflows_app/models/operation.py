@@ -43,6 +43,10 @@ class Operation(models.Model):
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
     agent = models.CharField(max_length=200, help_text="the queue the operation is sent to")
+    # A local step runs in the manager's pass over its execution, with no message
+    # (``workflows_app.local_steps``): its agent is the management queue's name.
+    local = models.BooleanField(default=False, db_default=False, editable=False,
+                                help_text="run inside the manager's pass, with no agent and no message")
     state = models.CharField(max_length=20, choices=OperationState.choices, default=OperationState.PENDING, editable=False)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True, help_text='{"type", "message", "traceback"}')

@@ -323,7 +323,7 @@ class Harness:
         for _ in range(MAX_STEPS):
             if self._advances:
                 execution_id = self._advances.popleft()
-                self._step(lambda: dispatcher.run_pass(execution_id))
+                self._pass(execution_id)
             elif self._attempts:
                 self._deliver(*self._attempts.popleft())
             elif self._remote_in_flight():
@@ -408,6 +408,14 @@ class Harness:
             return False
         self._run_queued()
         return True
+
+    def _pass(self, execution_id):
+        """A dispatcher's pass over the execution, what each of its turns deferred to its commit
+        run at the end of that turn, as a manager's commits run it: the run of the workflow kept
+        for the next turn (``engine.live``), which goes on from there instead of replaying."""
+        turns = dispatcher.turns(execution_id)
+        while self._step(lambda: next(turns, False)) is not False:
+            pass
 
     def _step(self, work):
         """``work()``, then what it deferred until a commit — at once when the test holds a

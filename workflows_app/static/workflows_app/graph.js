@@ -78,8 +78,18 @@
       group.members.length + " steps";
   }
 
+  /* Wide enough for its name, and for its state line ("rescheduled \u00b7 local" for a local step). */
   function nodeWidth(node) {
-    return Math.max(100, 7 * Math.max(node.name.length, 11) + 24);
+    return Math.max(100, 7 * Math.max(node.name.length, node.local ? 15 : 11) + 24);
+  }
+
+  /* A local step runs inside the manager's pass over its execution: no agent, no message. */
+  function stateLine(n) {
+    return n.state + (n.local ? " \u00b7 local" : "");
+  }
+
+  function where(n) {
+    return (n.local ? ", local" : "") + " on " + n.agent;
   }
 
   /* Boxes and arrows with the groups not opened: a member's arrows become its group's (once). */
@@ -173,7 +183,7 @@
         /* A child execution's box leads to the child's page. */
         var parent = n.child ? el("a", { href: box.dataset.changeUrl.replace(CHANGE_URL_ID, n.child) }, viewport) : viewport;
         var g = el("g", { "class": "sy-node", "data-name": n.name, "data-kind": n.kind, "data-box": item.id,
-                          transform: transform }, parent);
+                          "data-local": n.local ? "true" : "false", transform: transform }, parent);
         el("title", {}, g);
         el("rect", { width: place.width, height: place.height, rx: 6 }, g);
         el("text", { x: place.width / 2, y: 17, "class": "sy-node-name" }, g).textContent = n.name;
@@ -330,8 +340,8 @@
       if (!n) { return; }
       group.setAttribute("class", "sy-node sy-node-" + n.state);
       group.setAttribute("data-state", n.state);
-      group.querySelector("title").textContent = n.name + " (" + n.operation + " on " + n.agent + "): " + n.state;
-      group.querySelector(".sy-node-state").textContent = n.state;
+      group.querySelector("title").textContent = n.name + " (" + n.operation + where(n) + "): " + n.state;
+      group.querySelector(".sy-node-state").textContent = stateLine(n);
     });
     st.groups.forEach(function (drawn) { paintGroup(drawn, byName); });
   }

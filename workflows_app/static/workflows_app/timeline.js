@@ -4,7 +4,8 @@
    A fan-out (the siblings the graph draws as one box) is one row whose attempts are packed
    in lanes by the server (admin/timeline.py); a click on its name opens it, one row per member.
    The first rows are shown, then more on demand: 1,000 steps read as well as 10.
-   Hovering a bar names its step, attempt, agent, times, duration, outcome and error type.
+   Hovering a bar names its step, attempt, agent (a local step's: the manager's queue, "(local)"),
+   times, duration, outcome and error type.
 
    While the execution is active the JSON is fetched again every few seconds (as the graph's; a
    second more per 500 attempts); only the rows that changed are replaced, so a tooltip being read
@@ -73,7 +74,8 @@
 
   function barTitle(step, bar) {
     var end = bar.end === undefined ? st.data.until : bar.end;
-    var lines = [step.name + " \u00b7 attempt " + bar.attempt + " \u00b7 agent " + (bar.agent || step.agent || "\u2014")];
+    var lines = [step.name + " \u00b7 attempt " + bar.attempt + " \u00b7 agent " + (bar.agent || step.agent || "\u2014") +
+                 (step.local ? " (local)" : "")];
     var times = ["sent " + clock(bar.start)];
     if (bar.run !== undefined) { times.push("started " + clock(bar.run)); }
     times.push(bar.end === undefined ? "not ended (" + clock(end) + ")" : "ended " + clock(bar.end));
@@ -135,12 +137,15 @@
 
   function stepRow(step, member) {
     var row = html("div", { "class": "sy-tl-row sy-tl-step" + (member ? " sy-tl-member" : ""), "data-step": step.name,
-                            "data-state": step.state || "" });
+                            "data-state": step.state || "", "data-local": step.local ? "true" : "false" });
+    /* A local step ran inside the manager's pass over the execution: no agent, no message. */
     var label = html("div", { "class": "sy-tl-label",
-                              title: step.name + (step.operation ? " (" + step.operation + " on " + step.agent + ")" : "") +
+                              title: step.name + (step.operation ? " (" + step.operation + (step.local ? ", local" : "") +
+                                                  " on " + step.agent + ")" : "") +
                                      (step.state ? ": " + step.state : "") }, "", row);
     html("span", { "class": "sy-tl-name" }, step.name, label);
-    if (step.bars.length > 1) { html("span", { "class": "sy-tl-note" }, step.bars.length + " attempts", label); }
+    var notes = (step.local ? ["local"] : []).concat(step.bars.length > 1 ? [step.bars.length + " attempts"] : []);
+    if (notes.length) { html("span", { "class": "sy-tl-note" }, notes.join(" \u00b7 "), label); }
     var track = html("div", { "class": "sy-tl-track" }, "", row);
     step.bars.forEach(function (bar) { track.appendChild(barElement(step, bar)); });
     if (!step.bars.length) {
