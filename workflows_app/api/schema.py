@@ -56,7 +56,8 @@ SPECTACULAR_SETTINGS = {
     # The start's body, one variant per registered workflow, with the schema of its parameters.
     "POSTPROCESSING_HOOKS": [*SPECTACULAR_DEFAULTS["POSTPROCESSING_HOOKS"],
                              "workflows_app.api.schema.start_request_per_workflow",
-                             "workflows_app.api.schema.acknowledgement_of_writes"],
+                             "workflows_app.api.schema.acknowledgement_of_writes",
+                             "workflows_app.api.schema.bulk_filter_selects_something"],
     "ENUM_NAME_OVERRIDES": {
         "ExecutionStatusEnum": "workflows_app.states.ExecutionStatus",
         "OperationStateEnum": "workflows_app.states.OperationState",
@@ -309,6 +310,23 @@ def start_request_per_workflow(result, generator, request, public):
 #: (``workflows_app.api.permissions.acknowledgement``).
 ACKNOWLEDGEMENT = "Acknowledgement"
 _WRITES = ("post", "put", "patch", "delete")
+
+
+#: The component of a bulk action's filter (``workflows_app.api.serializers.BulkFilterSerializer``).
+BULK_FILTER_REQUEST = "BulkFilterRequest"
+
+
+def bulk_filter_selects_something(result, generator, request, public):
+    """drf-spectacular postprocessing hook: a bulk action's filter names at least one filter, or
+    ``all`` true — an empty one is refused (``workflows_app.bulk.selection.NoFilter``), so the
+    schema says so (``anyOf``: one alternative per filter, and ``all: true``)."""
+    schema = result.get("components", {}).get("schemas", {}).get(BULK_FILTER_REQUEST)
+    if schema is None:
+        return result
+    filters = [name for name in schema.get("properties", {}) if name != "all"]
+    schema["anyOf"] = [{"required": [name]} for name in filters] + [
+        {"required": ["all"], "properties": {"all": {"type": "boolean", "enum": [True]}}}]
+    return result
 
 
 def acknowledgement_of_writes(result, generator, request, public):

@@ -18,6 +18,7 @@ import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 
+import django_filters
 from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import ISO_8601, serializers
@@ -392,14 +393,30 @@ class ExternalEventSerializer(StrictSerializer):
 
 # --- bulk actions (workflows_app.bulk) -------------------------------------------------------
 
+@extend_schema_field({"type": "string", "format": "uuid"})
+class _IdText(StrictCharField):
+    """A filter's text that must be an id (the list's ``UUIDFilter`` checks it)."""
+
+
+@extend_schema_field({"type": "string", "format": "date-time"})
+class _TimeText(StrictCharField):
+    """A filter's text that must be a time (the list's ``IsoDateTimeFilter`` checks it)."""
+
+
+#: The field of a filter's text, by the filter's kind: its format as ``GET /executions`` documents it.
+_FILTER_TEXTS = ((django_filters.UUIDFilter, _IdText), (django_filters.IsoDateTimeFilter, _TimeText))
+
+
 def _bulk_filter_field(name):
     """A filter of ``GET /executions`` as a key of a bulk action's ``filter``: its text, as the query
-    takes it (the list's FilterSet checks the value: ``workflows_app.bulk.selection``)."""
+    takes it (the list's FilterSet checks the value: ``workflows_app.bulk.selection``), with the
+    format the query's schema gives it (an id, a time)."""
     definition = ExecutionFilter.base_filters[name]
     help_text = definition.extra.get("help_text", "")
     if definition.extra.get("choices"):
         return StrictChoiceField(choices=definition.extra["choices"], required=False, help_text=help_text)
-    return StrictCharField(required=False, trim_whitespace=False, help_text=help_text)
+    field = next((text for kind, text in _FILTER_TEXTS if isinstance(definition, kind)), StrictCharField)
+    return field(required=False, trim_whitespace=False, help_text=help_text)
 
 
 BulkFilterSerializer = type("BulkFilterSerializer", (StrictSerializer,), {

@@ -6,7 +6,7 @@ not found (404); an action it may not take is 403; pausing a paused workflow, or
 is not, is 409 ``invalid_transition``."""
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import generics, serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
@@ -24,11 +24,18 @@ WORKFLOW_ACTIONS = ("pause", "unpause")
 assert set(services.WORKFLOW_ACTIONS) == set(WORKFLOW_ACTIONS)
 
 
+@extend_schema_field({"type": "string", "enum": list(WORKFLOW_ACTIONS)})
+class WorkflowActionField(StrictCharField):
+    """A string; one that is none of WORKFLOW_ACTIONS is answered ``unknown_action`` by the view."""
+
+    document_no_nul = False
+
+
 class WorkflowActionSerializer(StrictSerializer):
     """An action on a workflow as a whole."""
 
-    action = StrictCharField(allow_blank=True, trim_whitespace=False,
-                             help_text="`pause` or `unpause`; another string is answered `unknown_action`")
+    action = WorkflowActionField(allow_blank=True, trim_whitespace=False,
+                                 help_text="`pause` or `unpause`; another string is answered `unknown_action`")
 
 
 class WorkflowStateSerializer(serializers.Serializer):
