@@ -2,19 +2,21 @@
 
 ``python -m bench [--rounds N] [--output FILE] [--fanout N] [--chain M] [--starts K] [--skip-stop]
 [--suspended W,W…] [--deliveries D] [--suspended-started S] [--imperative L] [--history H] [--skip-scaleout]
-[--children C]``
+[--children C] [--local J] [--connection-agents A,A…]``
 
 Runs against whatever ``DATABASE_URL`` and ``CELERY_BROKER_URL`` say (default: the embedded
 SQLite and Redis), migrating the database first. Cases: stop latency (``bench/stop.py``), and
 fan-out, fan-in, chain and start throughput (``bench/throughput.py``), executions suspended on an
 event and woken at two numbers waiting (``bench/suspended.py``), an imperative chain of M and of
 L steps against a graph chain of L (``bench/imperative.py``), a parent of C child executions
-(``bench/children.py``), and on PostgreSQL the throughput
-cases again with a large history in the tables (``bench/history.py``) and with a second manager
-and agent, with the database's cost per operation (``bench/scaleout.py``), and the database
-connections held with 1 agent and with 20 (``bench/connections.py``). The waiting executions
-come last: they are left waiting. Once the benchmark's manager and agent are gone, every
-execution of its workflows is removed, waiting or ended.
+(``bench/children.py``), a chain of M and of J local steps (run in the manager's pass, with
+no message) against the same chain of agent steps, a Celery ``chain`` link and DBOS's steps
+(``bench/local_steps.py``), and on PostgreSQL the throughput cases again with a large history in
+the tables (``bench/history.py``) and with a second manager and agent, with the database's cost
+per operation (``bench/scaleout.py``), and the database connections held with 1 agent and with
+20 (``--connection-agents``; ``bench/connections.py``). The waiting executions come last: they are left waiting. Once the
+benchmark's manager and agent are gone, every execution of its workflows is removed, waiting or
+ended.
 """
 
 import argparse
@@ -28,6 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 GRACE = 1
+#: The connections case's numbers of agents: one, and as many as a deployment may well run.
+CONNECTION_AGENTS = (1, 20)
 
 
 def main(argv=None):
@@ -50,14 +54,19 @@ def main(argv=None):
                              "out; PostgreSQL only)")
     parser.add_argument("--children", type=int, default=200,
                         help="C: child executions of one parent, against a group of as many (0: leave the case out)")
+    parser.add_argument("--local", type=int, default=1000,
+                        help="J: steps of the long chain of local steps (the short one has M; 0: leave the case out)")
     parser.add_argument("--skip-scaleout", action="store_true",
                         help="leave out the second manager and agent, the database cost per operation and the connections held "
                              "(PostgreSQL only)")
+    parser.add_argument("--connection-agents", type=_sizes, default=CONNECTION_AGENTS,
+                        help="A,A…: numbers of agents the connections case runs its fan-out with, one row each (0: leave "
+                             "the case out; PostgreSQL only)")
     args = parser.parse_args(argv)
     if min(args.rounds, args.fanout, args.chain, args.starts) < 1:
         parser.error("--rounds, --fanout, --chain and --starts must be at least 1")
-    if min(args.imperative, args.history, args.children) < 0 or args.deliveries < 1 or args.suspended_started < 2:
-        parser.error("--imperative, --history and --children must be 0 (leave it out) or more, --deliveries 1 or more and "
+    if min(args.imperative, args.history, args.children, args.local) < 0 or args.deliveries < 1 or args.suspended_started < 2:
+        parser.error("--imperative, --history, --children and --local must be 0 (leave it out) or more, --deliveries 1 or more and "
                      "--suspended-started 2 or more")
     sizes = {"fanout": args.fanout, "chain": args.chain, "starts": args.starts}
 
@@ -79,7 +88,8 @@ def main(argv=None):
     from django.core.management import call_command
     from django.db import connection
 
-    from bench import children, connections, dbos_peer, history, imperative, scaleout, stop, suspended, throughput
+    from bench import (children, connections, dbos_peer, history, imperative, local_steps, scaleout, stop, suspended,
+                       throughput)
     from bench import workflows as bench_workflows
     from tests.integration.harness import Stack, ensure_broker
     from workflows_app import retention
@@ -105,12 +115,16 @@ def main(argv=None):
             samples, notes = ({}, {}) if args.skip_stop else stop.run(stack, agent, bench_dir, args.rounds)
             postgres = connection.vendor == "postgresql"
             rows = throughput.run(stack, agent, args.rounds, sizes, processes=[manager, agent_process])
+            dbos = None
             if dbos_peer.available():  # the durable peer, in the same run
-                rows += dbos_peer.rows(dbos_peer.run(args.rounds, sizes), rows, sizes, throughput.Row)
+                dbos = dbos_peer.run(args.rounds, sizes)
+                rows += dbos_peer.rows(dbos, rows, sizes, throughput.Row)
             else:
                 print("DBOS left out: it runs where dbos is installed (requirements/bench.txt) and the database is "
                       "PostgreSQL", file=sys.stderr)
             replay = imperative.run(stack, agent, {"short": args.chain, "long": args.imperative}) if args.imperative else []
+            local_sizes = {"short": args.chain, "long": args.local}
+            local = local_steps.run(agent, args.rounds, local_sizes) if args.local else None
             tree = children.run(stack, agent, args.rounds, args.children) if args.children else []
             large = history.run(stack, agent, args.rounds, sizes, executions=args.history) if args.history and postgres else None
             # It stops the benchmark's manager and agent and starts its own; they start again after it.
@@ -118,7 +132,8 @@ def main(argv=None):
             if scale:
                 manager, agent_process = stack.restart(manager), stack.restart(agent_process)
                 stack.wait_for_agent(agent)
-            held = connections.run(stack, [manager, agent_process], args.fanout) if postgres and not args.skip_scaleout else None
+            held = (connections.run(stack, [manager, agent_process], args.fanout, args.connection_agents)
+                    if postgres and args.connection_agents and not args.skip_scaleout else None)
             if held:
                 manager, agent_process = stack.restart(manager), stack.restart(agent_process)
                 stack.wait_for_agent(agent)
@@ -141,7 +156,7 @@ def main(argv=None):
               f"`python -m bench --rounds {args.rounds} --fanout {args.fanout} --chain {args.chain} --starts {args.starts} "
               f"--suspended {','.join(map(str, args.suspended)) or 0} --deliveries {args.deliveries} "
               f"--suspended-started {args.suspended_started} --imperative {args.imperative} --history {args.history} "
-              f"--children {args.children}"
+              f"--children {args.children} --local {args.local} --connection-agents {','.join(map(str, args.connection_agents)) or 0}"
               f"{' --skip-scaleout' if args.skip_scaleout else ''}`, "
               f"one agent of concurrency 2, manager concurrency 2, Django DEBUG {'on' if django.conf.settings.DEBUG else 'off'}")
     sections = [header]
@@ -152,6 +167,8 @@ def main(argv=None):
         sections.append(suspended.report(waiting))
     if replay:
         sections.append(imperative.report(replay))
+    if local:
+        sections.append(local_steps.report(local, local_sizes, dbos["chain"] if dbos else None))
     if tree:
         sections.append(children.report(tree))
     if large:

@@ -1,7 +1,8 @@
 """Database connections a deployment holds, with 1 agent and with 20 (PostgreSQL only).
 
-For each number of agents: one manager (concurrency 2) and that many agents (concurrency 1 each,
-named ``conn-agent-<k>``), all online; then a fan-out of ``n`` no-ops spread over the agents (one
+For each number of agents (``counts``; ``python -m bench --connection-agents``, 1 and 20 unless it
+says otherwise): one manager (concurrency 2) and that many agents (concurrency 1 each, named
+``conn-agent-<k>``), all online; then a fan-out of ``n`` no-ops spread over the agents (one
 execution per agent, started together) while a thread samples, every ``SAMPLE`` seconds, how many
 backends are connected to this database (``pg_stat_activity``) other than this process' own. The
 row gives the most seen during the run. Agents hold broker credentials only, so the number is the
@@ -20,7 +21,6 @@ from bench.scaleout import _wait_all_completed
 from workflows_app import services
 
 SAMPLE = 0.05
-COUNTS = (1, 20)
 
 
 @dataclass
@@ -47,7 +47,7 @@ class _Sampler(threading.Thread):
             connections.close_all()
 
 
-def run(stack, processes, n, counts=COUNTS) -> list[Row]:
+def run(stack, processes, n, counts) -> list[Row]:
     for process in processes:
         stack.stop(process)
     rows = []

@@ -25,6 +25,15 @@ and agent worker processes (the plain Celery tasks go to the agent's queue).
    outcome before it returns; a responder in this process (a manager's ``Inbox``, on a queue of
    its own) stores each batch of claims and outcomes in one transaction, one statement each, and
    answers the claims once it committed. The same for the chain: a ``chain`` of M such tasks.
+8. the lean floor (PostgreSQL): the broker floor with no claim — each task runs at once, as an
+   agent would whose message carries a grant the manager stored when it sent it, and reports its
+   start and its outcome together in one report; the responder stores a row's move from ``sent``
+   to ``succeeded`` in one statement. The least an operation costs on any path where agents speak
+   through the broker only: its message and one report. The same for the chain.
+9. the batched floor (PostgreSQL): the lean floor with its reports sent by the agent's main
+   process, which publishes the reports of the tasks that ended by the next turn of its event loop
+   in one message and only then acknowledges their messages (taking one more message meanwhile for
+   each report that waits). The same for the chain.
 
 Given the manager's and the agent's processes, each round also takes the CPU every part of the
 machine spends (``bench/cpu.py``) on the fan-out and the ``group``, per operation, and on the
@@ -45,8 +54,9 @@ from django.db import connection, transaction
 
 from agents.worker.inbox import Inbox
 from bench import cpu, messages
-from bench.workflows import (CELERY_CLAIMED_NOOP, CELERY_DURABLE_NOOP, CELERY_NOOP, CELERY_RECORDED_NOOP,
-                             FLOOR_EVENTS_TABLE, FLOOR_TABLE, broker_floor_queue)
+from bench.workflows import (CELERY_BATCHED_NOOP, CELERY_CLAIMED_NOOP, CELERY_DURABLE_NOOP, CELERY_NOOP,
+                             CELERY_RECORDED_NOOP, CELERY_REPORTED_NOOP, FLOOR_EVENTS_TABLE, FLOOR_TABLE,
+                             broker_floor_queue)
 from workflows_app import signing, wire
 from workflows_app.wire import keys
 
@@ -72,9 +82,13 @@ FLOORS = (Floor("floor", "durable floor", "a group whose tasks make the two comm
           Floor("history", "durable floor with its history", "each commit also stores its state event",
                 "floor with history", CELERY_RECORDED_NOOP, history=True),
           Floor("broker", "broker floor", "a group whose tasks claim and report through the broker as agents do, "
-                "stored in batches", "broker floor", CELERY_CLAIMED_NOOP))
-#: The floor the chain is also measured against.
-CHAIN_FLOOR = FLOORS[2]
+                "stored in batches", "broker floor", CELERY_CLAIMED_NOOP),
+          Floor("lean", "lean floor", "a group whose tasks run unasked and report start and outcome in one report "
+                "through the broker, stored in batches", "lean floor", CELERY_REPORTED_NOOP),
+          Floor("batched", "batched floor", "the lean floor's tasks reported by the agent's main process, the "
+                "reports of the tasks that ended together in one message", "batched floor", CELERY_BATCHED_NOOP))
+#: The floors the chain is also measured against.
+CHAIN_FLOORS = FLOORS[2:]
 
 
 @dataclass
@@ -162,10 +176,15 @@ def _broker_floor_take(bodies):
     bodies = [body for body in bodies if keys.proven(body["proof"], agent_keys[body["agent"]], keys.Purpose.REPORT,
                                                      keys.without_proof(body))]
     claims = {_floor_key(body): body for body in bodies if body.get("kind") == wire.Kind.CLAIM}
-    outcomes = [_floor_key(body) for body in bodies if body.get("kind") == wire.Kind.OUTCOME]
+    outcomes = [_floor_key(body) for body in bodies if body.get("kind") == wire.Kind.OUTCOME and not body.get("started")]
+    # The lean floor's: its start and outcome in one report, a row moved from sent to succeeded.
+    unasked = [_floor_key(body) for body in bodies if body.get("kind") == wire.Kind.OUTCOME and body.get("started")]
+    # The batched floor's: the reports of several rows in one.
+    unasked += [(int(row), attempt) for body in bodies if body.get("kind") == "batch" for row, attempt in body["reports"]]
     with transaction.atomic():
         started = _floor_move(claims, "sent", "started")
         _floor_move(outcomes, "started", "succeeded", with_result=True)
+        _floor_move(unasked, "sent", "succeeded", with_result=True)
     answers = []
     for key in started:
         claim = claims[key]
@@ -297,9 +316,10 @@ def _run(app, agent, rounds, sizes, processes, floor):
     floors = FLOORS if floor else ()
     for fl in floors:  # its Switchyard column is the fan-out's own list of times: its ratio is fan-out / floor
         rows[fl.key] = Row(f"fan-out: {n} no-ops, {fl.name} ({fl.detail})", rows["fanout"].switchyard, [])
-    if floors:  # the same for the chain
-        rows["chain floor"] = Row(f"chain: {m} sequential no-ops, {CHAIN_FLOOR.name} (a chain whose tasks claim and "
-                                  "report through the broker as agents do)", rows["chain"].switchyard, [])
+    chain_floors = CHAIN_FLOORS if floors else ()
+    for fl in chain_floors:  # the same for the chain
+        rows[f"chain {fl.key}"] = Row(f"chain: {m} sequential no-ops, {fl.name} (a chain of its tasks)",
+                                      rows["chain"].switchyard, [])
     meters = {}
     if processes:
         for key, case in (("fanout cpu", f"fan-out: CPU per operation, every process on the machine ({n} no-ops)"),
@@ -335,8 +355,8 @@ def _run(app, agent, rounds, sizes, processes, floor):
         _celery(group(noops(2)))
         for fl in floors:
             _floor(_floor_tasks(app, agent, 2, fl, group), 2, fl.history)
-        if floors:
-            _floor(_floor_tasks(app, agent, 2, CHAIN_FLOOR, chain), 2, False)
+        for fl in chain_floors:
+            _floor(_floor_tasks(app, agent, 2, fl, chain), 2, False)
         _celery(chord(noops(2), noop.clone()))
         for result in _sends(app, 5, agent)[1]:
             result.get(timeout=TIMEOUT, interval=POLL)
@@ -356,9 +376,9 @@ def _run(app, agent, rounds, sizes, processes, floor):
                     rows[fl.key].celery.append(_floor(signature, n, fl.history))
             rows["fanin"].celery.append(_celery(chord(noops(n), noop.clone())))
             rows["chain"].celery.append(_celery(chain(noops(m))))
-            if floors:
-                rows["chain floor"].celery.append(_floor(_floor_tasks(app, agent, m, CHAIN_FLOOR, chain), m, False))
-        for key in ("fanout", *(fl.key for fl in floors), "fanin", "chain", "chain floor"):
+            for fl in chain_floors:
+                rows[f"chain {fl.key}"].celery.append(_floor(_floor_tasks(app, agent, m, fl, chain), m, False))
+        for key in ("fanout", *(fl.key for fl in floors), "fanin", "chain", *(f"chain {fl.key}" for fl in chain_floors)):
             if key in rows:
                 _progress(round_, rows[key])
 
@@ -396,13 +416,13 @@ def _run(app, agent, rounds, sizes, processes, floor):
     per_step = Row(f"chain: per step (total / {m}), ms", [v / m * 1000 for v in rows["chain"].switchyard],
                    [v / m * 1000 for v in rows["chain"].celery], unit="ms")
     out.append(per_step)
-    if "chain floor" in rows:
+    for fl in chain_floors:
+        row = rows[f"chain {fl.key}"]
         chain_, link_, floor_ = (statistics.median(values) for values in (
-            rows["chain"].switchyard, rows["chain"].celery, rows["chain floor"].celery))
-        rows["chain floor"].note = (f"Switchyard: the chain's. Per step: chain / chain link {chain_ / link_:.2f}, "
-                                    f"{CHAIN_FLOOR.short} / chain link {floor_ / link_:.2f}, chain / "
-                                    f"{CHAIN_FLOOR.short} {chain_ / floor_:.2f}")
-        out.append(rows["chain floor"])
+            rows["chain"].switchyard, rows["chain"].celery, row.celery))
+        row.note = (f"Switchyard: the chain's. Per step: chain / chain link {chain_ / link_:.2f}, {fl.short} / chain "
+                    f"link {floor_ / link_:.2f}, chain / {fl.short} {chain_ / floor_:.2f}")
+        out.append(row)
     out.append(rows["starts"])
     if redis is not None:
         row = rows["fanout messages"]

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import kombu
 from celery import shared_task
+from celery.signals import worker_ready
+from celery.worker.request import Request
+from kombu.asynchronous import get_event_loop
 
 from agents.worker import link
 from workflows_app import db, wire
@@ -105,6 +108,15 @@ def imperative_chain(ctx, m, agent):
     imperative form of ``bench_chain``, where every step is a pass of the workflow function."""
     for i in range(m):
         ctx.await_execute(f"c{i:05d}", noop, i, agent=agent)
+
+
+@workflow(name="bench_local_chain")
+def local_chain(ctx, m):
+    """``m`` no-op steps run inside the manager's pass (``local=True``: no message, no agent),
+    each awaited before the next is asked for: ``bench_imperative_chain`` without the hop. The
+    whole chain is one advance and a commit per step (bench/local_steps.py)."""
+    for i in range(m):
+        ctx.await_execute(f"s{i:05d}", noop, i, local=True)
 
 
 @workflow(name="bench_single")
@@ -218,6 +230,67 @@ def celery_claimed_noop(row_id, attempt):
     if answer is None or answer.get("verdict") != wire.Verdict.RUN:
         raise RuntimeError(f"broker floor: the claim of row {row_id} was answered {answer!r}")
     line.report(wire.Kind.OUTCOME, operation=str(row_id), attempt=attempt, outcome=wire.Outcome.SUCCEEDED, result=None)
+    return None
+
+
+CELERY_REPORTED_NOOP = "bench.celery_reported_noop"
+
+
+@shared_task(name=CELERY_REPORTED_NOOP, **{**TASK_OPTIONS, "ignore_result": False})
+def celery_reported_noop(row_id, attempt):
+    """The lean floor: a no-op that asks nobody before it runs — as an agent would whose message
+    carries the manager's grant, stored when it was sent — and reports its start and its outcome
+    together, in one report, before it returns (so before its late acknowledgement). The least a
+    design that speaks through the broker can do for an operation: its message, and one report,
+    stored by the responder in batches."""
+    _broker_floor_link().report(wire.Kind.OUTCOME, operation=str(row_id), attempt=attempt,
+                                outcome=wire.Outcome.SUCCEEDED, result=None, started=True)
+    return None
+
+
+CELERY_BATCHED_NOOP = "bench.celery_batched_noop"
+#: The most reports the batched floor's agent puts in one message.
+BATCHED_REPORTS_MAX = 100
+
+
+class _BatchedReports(Request):
+    """The batched floor's request, in the agent's main process: its message is acknowledged only
+    once its report left, in one message with the reports of the other tasks that ended by the
+    next turn of the worker's event loop (up to ``BATCHED_REPORTS_MAX``). Meanwhile the worker
+    may take one more message for each report waiting (its prefetch count raised by one until the
+    acknowledgement), or a pool process would wait for the batch of the task it ended."""
+
+    pending = []  # (row id, attempt, request) of the tasks ended and not reported yet
+    consumer = None  # the worker's consumer (``worker_ready``), whose prefetch count this moves
+
+    def acknowledge(self):
+        if not _BatchedReports.pending:
+            get_event_loop().call_soon(_BatchedReports.flush)
+        _BatchedReports.pending.append((self.args[0], self.args[1], self))
+        _BatchedReports.consumer.qos.increment_eventually()
+
+    @staticmethod
+    def flush():
+        while _BatchedReports.pending:
+            batch = _BatchedReports.pending[:BATCHED_REPORTS_MAX]
+            del _BatchedReports.pending[:BATCHED_REPORTS_MAX]
+            _broker_floor_link().report("batch", reports=[[str(row_id), attempt] for row_id, attempt, _ in batch])
+            for _, _, request in batch:
+                Request.acknowledge(request)
+            _BatchedReports.consumer.qos.decrement_eventually(len(batch))
+
+
+@worker_ready.connect
+def _keep_consumer(sender=None, **kwargs):
+    _BatchedReports.consumer = sender
+
+
+@shared_task(name=CELERY_BATCHED_NOOP, Request=_BatchedReports, **{**TASK_OPTIONS, "ignore_result": False})
+def celery_batched_noop(row_id, attempt):
+    """The batched floor: the lean floor's no-op, but its pool process publishes nothing — it
+    returns, and the agent's main process reports it with the others that ended at the same time,
+    in one message, before it acknowledges their messages (``_BatchedReports``). What reports of
+    several operations to a message would cost."""
     return None
 
 
