@@ -24,13 +24,7 @@
                43200, 86400, 172800, 604800];
   var box = null, session = 0, timer = null, st = null;
 
-  function html(name, attrs, text, parent) {
-    var node = document.createElement(name);
-    Object.keys(attrs || {}).forEach(function (key) { node.setAttribute(key, attrs[key]); });
-    if (text) { node.textContent = text; }
-    if (parent) { parent.appendChild(node); }
-    return node;
-  }
+  var html = window.switchyard.html;  /* dom.js */
 
   /* The box (re)appeared: a new session draws in it; the old one's answers are dropped. */
   function watch() {
