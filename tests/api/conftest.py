@@ -9,8 +9,8 @@ The tests are not transactional: ``transaction.on_commit`` callbacks (the Celery
 not run, so no broker is needed; ``kill`` broadcasts at once, so its broadcast is recorded.
 """
 
-import copy
 import datetime
+import functools
 import re
 
 import jsonschema
@@ -91,11 +91,24 @@ def assert_conforms(response):
     if not documented[status].get("content") and not response.content:
         return  # documented without a body (204 No Content), and none given
     assert content, f"{request.method} {template} {status} documents no JSON body"
-    root = {"components": _json_schema(copy.deepcopy(openapi()["components"])), **_json_schema(content["schema"])}
-    validator = jsonschema.Draft202012Validator(root, format_checker=_format_checker)
-    errors = sorted(validator.iter_errors(response.json()), key=lambda e: list(e.path))
+    errors = sorted(_validator(request.method, template, status).iter_errors(response.json()), key=lambda e: list(e.path))
     assert not errors, f"{request.method} {template} {status}: " + "; ".join(
         f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:5])
+
+
+@functools.cache
+def _validator(method, template, status):
+    """The validator of one operation's documented response body, made once (the schema is)."""
+    content = openapi()["paths"][template][method.lower()]["responses"][status]["content"]["application/json"]
+    root = {"components": _json_components(), **_json_schema(content["schema"])}
+    return jsonschema.Draft202012Validator(root, format_checker=_format_checker)
+
+
+@functools.cache
+def _json_components():
+    """The schema's components as JSON Schema (``_json_schema`` builds new containers: the
+    published schema is left as it is)."""
+    return _json_schema(openapi()["components"])
 
 
 class CheckedClient(APIClient):
