@@ -9,9 +9,10 @@ class AgentsConfig(AppConfig):
 
     def ready(self):
         # Imported here: models (and the modules that import them) only once the apps are loaded.
-        from agents import signals
+        from agents import models, signals
         from workflows_app import metrics
         from workflows_app.api import routes
+        from workflows_app.engine import grants
         from workflows_app.signals import execution_warnings
 
         # GET <prefix>/agents, served by workflows_app.api.urls (which never imports this app).
@@ -24,3 +25,5 @@ class AgentsConfig(AppConfig):
                            dispatch_uid="agents.lose_started_operations")
         # The execution document's warnings (workflows_app.queries.warnings) of agents never seen.
         execution_warnings.connect(signals.warn_of_unknown_agents, dispatch_uid="agents.warn_of_unknown_agents")
+        # Where each agent's worker runs, for the stops of granted attempts (workflows_app.engine.grants).
+        grants.hosts_with(models.hosts)

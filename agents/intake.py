@@ -23,17 +23,26 @@ the managers' proof for their agent.
 """
 
 import logging
+import time
 from collections import defaultdict
+from datetime import datetime
+from datetime import timezone as dt_timezone
 
 from django.db import transaction
 from django.utils import timezone
 
 from agents.models import Agent
-from workflows_app import signing, values, wire
-from workflows_app.engine import reports, steps
+from workflows_app import clock, signing, values, wire
+from workflows_app.engine import grants, reports, steps, stopping
 from workflows_app.errors import TransitionRefused, ValueRefused
 from workflows_app.models import Event, Operation
-from workflows_app.states import EXECUTION_CLAIMABLE, OPERATION_IN_FLIGHT, EventType, OperationState
+from workflows_app.states import (
+    EXECUTION_CLAIMABLE,
+    OPERATION_ENDED_BY_REPORT,
+    OPERATION_IN_FLIGHT,
+    EventType,
+    OperationState,
+)
 from workflows_app.transitions import claim_operation, operation_transition, record_event
 from workflows_app.wire import keys
 
@@ -82,8 +91,19 @@ def take(bodies) -> list[tuple[str, dict]]:
         gone = [r for r in parsed if r["kind"] == wire.Kind.GONE]
         if gone:
             _gone(gone)
+        # An attempt cancelled before its start was known, whose end its execution's end awaits.
+        ended = [(report["operation"], report["attempt"]) for report in attempts if report["kind"] in ENDS
+                 and _held(operations.get(_pk(report)))]
+        ended += [(pk, attempt) for report in gone for pk, attempt in report["attempts"]]
+        if ended:
+            transaction.on_commit(lambda: grants.release(ended))
         _agents(parsed)
     return answers
+
+
+def _held(operation) -> bool:
+    """Whether ``operation`` is cancelled with a grant still held for it (``engine.grants``)."""
+    return operation is not None and operation.state == OperationState.CANCELLED and operation.granted_until is not None
 
 
 def _pk(report):
@@ -153,7 +173,10 @@ def _refusal(operation, attempt, report, data):
 
 
 def _drop(operation, attempt, why) -> dict:
+    """The answer that drops a delivery (its agent will never start the attempt: it notes it so)."""
     logger.info("operation %s attempt %s dropped: %s", operation.pk, attempt, why)
+    if _held(operation) and attempt == operation.attempt:
+        transaction.on_commit(lambda: grants.release([(str(operation.pk), attempt)]))
     record_event(operation.execution_id, EventType.LOG, f"delivery of attempt {attempt} dropped: {why}",
                  {"attempt": attempt, "fenced": True}, operation=operation.name)
     return {"verdict": wire.Verdict.DROP, "reason": why}
@@ -172,23 +195,52 @@ def _claimed_by(operation):
 
 def _run(operation, dry_run) -> dict:
     """The answer that starts the attempt: everything the agent needs to run it, and nothing else."""
-    args = steps.call_args(operation)
-    return {"verdict": wire.Verdict.RUN, "operation": operation.operation, "execution": str(operation.execution_id),
-            "step": operation.name, "args": args, "kwargs": operation.kwargs, "dry_run": bool(dry_run),
-            "retries_left": _retries_left(operation)}
-
-
-def _retries_left(operation) -> int:
-    """How many more attempts retryable failures may bring (-1: no limit), as ``policy.retry_delay``
-    counts them: the agent ends a retried attempt's Celery task as ``RETRY``, a final one as ``FAILURE``."""
-    if operation.max_retries == -1:
-        return -1
-    return max(0, operation.max_retries - operation.current_retries)
+    return {"verdict": wire.Verdict.RUN, **grants.grant(operation, dry_run)}
 
 
 # --- what an attempt did --------------------------------------------------------------------
 
+def _started(report, operation):
+    """A delivery started the attempt unasked, on its message's grant: ``started``, as a claim
+    would have made it. One that may not run any more (superseded, or cancelled before its agent
+    heard the stop) is stopped: SIGTERM to its process group, SIGKILL after the grace."""
+    if _start_unasked(report, operation, report["pid"], report["at"]):
+        return
+    if operation.attempt == report["attempt"] and operation.state in OPERATION_ENDED_BY_REPORT:
+        return  # its outcome came first
+    record_event(operation.execution_id, EventType.LOG,
+                 f"attempt {report['attempt']} started on agent {report['agent']}, but it may not run: stopped",
+                 {"attempt": report["attempt"], "fenced": True}, operation=operation.name)
+    stopping.stop_attempts(operation.execution_id, [(operation.pk, report["attempt"])])
+
+
+def _start_unasked(report, operation, pid, at) -> bool:
+    """Move the attempt to ``started`` if it waits to start, at the time its agent says (``at``:
+    seconds since the epoch; within the time it was sent and now); whether it is ``started`` now."""
+    attempt = report["attempt"]
+    if operation.attempt != attempt:
+        return False
+    if operation.state == OperationState.SENDING:
+        try:
+            operation_transition(operation, OperationState.SENT, attempt=attempt)
+        except TransitionRefused:
+            operation.refresh_from_db(fields=["state", "attempt"])
+    if operation.state == OperationState.SENT:
+        data = {"agent": report["agent"], "incarnation": report["incarnation"], "pid": pid, "unasked": True}
+        try:
+            now = clock.now()
+            began = datetime.fromtimestamp(at, tz=dt_timezone.utc)
+            began = max(operation.sent_at or now, min(began, now))  # the agent's clock, within the manager's
+            operation_transition(operation, OperationState.STARTED, attempt=attempt, incarnation=report["incarnation"],
+                                 data=data, started_at=began)
+        except TransitionRefused:
+            operation.refresh_from_db(fields=["state", "attempt"])
+    return operation.attempt == attempt and operation.state == OperationState.STARTED
+
+
 def _outcome(report, operation):
+    if report["started"] is not None:  # it ran unasked, and ended before its start was reported
+        _start_unasked(report, operation, report["started"], report["started_at"] or time.time())
     reports.record_outcome(operation, report["attempt"], report)
 
 
@@ -214,7 +266,10 @@ def _lost(report, operation):
     reports.record_lost(operation, attempt, values.clean_text(report["message"]))
 
 
-HANDLERS = {wire.Kind.CLAIM: _claim, wire.Kind.OUTCOME: _outcome, wire.Kind.LOG: _log, wire.Kind.LOST: _lost}
+HANDLERS = {wire.Kind.CLAIM: _claim, wire.Kind.STARTED: _started, wire.Kind.OUTCOME: _outcome, wire.Kind.LOG: _log,
+            wire.Kind.LOST: _lost}
+#: The reports that say an attempt ended, or will never run: a grant held for it is over.
+ENDS = frozenset({wire.Kind.OUTCOME, wire.Kind.LOST})
 
 
 def _gone(gone_reports):

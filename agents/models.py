@@ -74,3 +74,8 @@ class Agent(models.Model):
             return AgentStatus.OFFLINE
         threshold = timezone.now() - timedelta(seconds=workflows_settings.AGENT_OFFLINE_AFTER_SECONDS)
         return AgentStatus.ONLINE if self.last_heartbeat >= threshold else AgentStatus.OFFLINE
+
+
+def hosts(names) -> dict:
+    """The host name each agent of ``names`` last registered from (its Celery worker is ``<name>@<host>``)."""
+    return dict(Agent.objects.filter(name__in=names).exclude(hostname="").values_list("name", "hostname"))

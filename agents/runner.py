@@ -39,7 +39,7 @@ from celery import shared_task
 from celery.exceptions import Reject, Retry
 from celery.signals import task_revoked
 
-from agents.worker import deaths, link, local
+from agents.worker import deaths, grants, journal, link, local
 from workflows_app import values, wire
 from workflows_app.broker import RUNNER_TASK, TASK_OPTIONS
 from workflows_app.engine import outcomes
@@ -94,19 +94,23 @@ class OperationContext:
 
 
 @shared_task(name=RUNNER_TASK, throws=(AttemptFailed,), Request=deaths.OperationRequest, **TASK_OPTIONS)
-def run_operation(operation_id, attempt, proof=None, **unexpected):
-    if unexpected or not keys.proven(proof, link.own_key(), keys.Purpose.OPERATION, [operation_id, attempt]):
+def run_operation(operation_id, attempt, proof=None, grant=None, **unexpected):
+    if unexpected or not _proved(operation_id, attempt, proof, grant):
         logger.warning("dropped a message of operation %.64r attempt %.16r that no manager proved for agent %s",
                        operation_id, attempt, local.name())
         return
     key = local.attempt_key(operation_id, attempt)
-    local.mark_claiming(key)
-    try:
-        answer = _admitted(operation_id, attempt, key)
-    finally:
-        local.clear_claiming(key)  # once it is recorded running, when it runs
+    answer = _granted(operation_id, attempt, key, grant) if grant is not None else None
     if answer is None:
-        return
+        if _seen_here(operation_id, attempt, key):
+            return
+        local.mark_claiming(key)
+        try:
+            answer = _admitted(operation_id, attempt, key)
+        finally:
+            local.clear_claiming(key)  # once it is recorded running, when it runs
+        if answer is None:
+            return
     try:
         ctx = OperationContext(operation_id, attempt, answer)
         outcome = attempts.run(_run, ctx, answer, run_operation.request)  # in the attempt's span
@@ -117,6 +121,7 @@ def run_operation(operation_id, attempt, proof=None, **unexpected):
             _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, **outcome)
             # Kept with the attempt's finished record: sent again if this report is lost on its way.
             local.remember_outcome(key, {"operation": str(operation_id), "attempt": attempt, **outcome})
+        journal.end(key)
         cancelled = ctx.is_cancelled()  # read before mark_done, which clears it
     finally:
         local.mark_done(key)
@@ -125,6 +130,67 @@ def run_operation(operation_id, attempt, proof=None, **unexpected):
     error = _task_error(outcome, attempt, answer, cancelled=cancelled)
     if error is not None:
         raise error
+
+
+def _proved(operation_id, attempt, proof, grant) -> bool:
+    """Whether a manager sent this message to this agent: its proof covers the attempt and the
+    whole of its grant."""
+    document = [operation_id, attempt] if grant is None else [operation_id, attempt, grant]
+    return keys.proven(proof, link.own_key(), keys.Purpose.OPERATION, document) and (
+        grant is None or grants.is_grant(grant))
+
+
+def _granted(operation_id, attempt, key, grant):
+    """The grant, as a claim's answer, when this delivery runs the attempt unasked (recorded
+    running here, its start reported); None when it must claim it (``agents.worker.grants``)."""
+    why = grants.why_asked(grant, run_operation.request.delivery_info)
+    if why is None and not journal.begin(key):
+        why = "this agent's journal has it (started here before, or stopped)"
+    if why is not None:
+        logger.info("operation %s attempt %s claimed: %s", operation_id, attempt, why)
+        return None
+    local.mark_running(key)
+    link.started(operation_id, attempt)
+    return {"verdict": wire.Verdict.RUN, **grant}
+
+
+def _seen_here(operation_id, attempt, key) -> bool:
+    """Whether this agent's journal settles a delivery that may not run unasked: one that a
+    manager stopped is dropped; one of an attempt that started here is dropped while it runs, its
+    outcome sent again once it ended (the managers may still have it ``sent``: its report was
+    lost), and the attempt reported lost — its task failing — when its process is gone or its
+    outcome no longer known. False when the journal does not have it: the delivery claims it."""
+    entry = journal.read(key)
+    if entry is None:
+        return False
+    if entry == journal.STOP:
+        return _dropped(operation_id, attempt, "a manager stopped it before it started")
+    earlier = None if entry == journal.END else local.earlier_delivery(operation_id, attempt)  # waits a moment
+    if earlier == local.Delivery.RUNNING:
+        return _dropped(operation_id, attempt, "a duplicate delivery of an attempt running on this agent")
+    if entry == journal.END or earlier == local.Delivery.FINISHED:
+        kept = local.kept_outcome(key, ended_before=0)
+        if kept is not None:
+            # Stored twice changes nothing; its start with it, should the managers not have that either.
+            fields = {name: value for name, value in kept.items() if name not in ("operation", "attempt", "secret")}
+            _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, **fields, started=os.getpid())
+            return _dropped(operation_id, attempt, "a duplicate delivery of an attempt that ended on this agent")
+    lost = {"outcome": wire.Outcome.FAILED, "retryable": True,
+            "error": {"type": "WorkerLost", "message": "its worker process was lost"}}
+    _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=lost["error"]["message"])
+    journal.end(key)
+    raise _task_error(lost, attempt, {}, cancelled=False)
+
+
+def _dropped(operation_id, attempt, why) -> bool:
+    """A delivery dropped here: logged, and told to its execution's events (a ``log`` report)."""
+    logger.info("operation %s attempt %s dropped: %s", operation_id, attempt, why)
+    try:
+        link.report(wire.Kind.LOG, operation=str(operation_id), attempt=attempt,
+                    message=f"delivery of attempt {attempt} dropped: {why}", data={"attempt": attempt, "fenced": True})
+    except link.Unreachable as exc:  # only its note is lost
+        logger.warning("%s", exc)
+    return True
 
 
 def _admitted(operation_id, attempt, key):
@@ -155,8 +221,10 @@ def _admitted(operation_id, attempt, key):
         logger.info("operation %s attempt %s: its claim's answer was lost; it runs now", operation_id, attempt)
     elif verdict != wire.Verdict.RUN:
         logger.info("operation %s attempt %s dropped: %s", operation_id, attempt, answer.get("reason", verdict))
+        journal.stop(key)  # no delivery of it here ever starts it: the managers release its grant
         return None
     local.mark_running(key)
+    journal.note_started(key)
     return answer
 
 
@@ -227,8 +295,8 @@ def _revoked(request=None, terminated=False, **kwargs):
         return
     try:
         operation_id, attempt = request.args[0], int(request.args[1])
-        if not keys.proven((request.kwargs or {}).get("proof"), link.own_key(), keys.Purpose.OPERATION,
-                           [operation_id, attempt]):
+        kwargs = request.kwargs or {}
+        if not _proved(operation_id, attempt, kwargs.get("proof"), kwargs.get("grant")):
             return  # not a message a manager sent: nothing to report
         link.report(wire.Kind.LOST, operation=str(operation_id), attempt=attempt,
                     message="its Celery message was revoked")

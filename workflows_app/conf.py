@@ -59,6 +59,10 @@ DEFAULTS = {
     # Seconds a local step may run inside its manager's pass when it sets no timeout of its own
     # (workflows_app.local_steps): then that attempt fails, retryable by its policy.
     "LOCAL_STEP_TIMEOUT": 30,
+    # Seconds an attempt's message may run on its agent without asking a manager first
+    # (agents.worker.grants): past it, its delivery claims the attempt. A granted attempt that
+    # never started is not declared lost, reset or stopped for good before it expired.
+    "GRANT_SECONDS": 30,
 }
 
 #: Where ``manage.py standalone``'s Flower is, for the web server it starts (see above).
@@ -66,7 +70,7 @@ STANDALONE_FLOWER_URL_ENV = "SWITCHYARD_STANDALONE_FLOWER_URL"
 
 _NUMBER_KEYS = {"RETRY_INTERVAL", "WAIT_AFTER_FAIL", "KILL_GRACE_SECONDS", "CANCEL_TIMEOUT",
                 "AGENT_HEARTBEAT_SECONDS", "AGENT_OFFLINE_AFTER_SECONDS", "DATABASE_OUTAGE_TOLERANCE",
-                "SCHEDULE_MIN_INTERVAL", "LOCAL_STEP_TIMEOUT"}
+                "SCHEDULE_MIN_INTERVAL", "LOCAL_STEP_TIMEOUT", "GRANT_SECONDS"}
 
 
 def unknown_keys(user_settings) -> list[str]:

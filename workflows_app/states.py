@@ -149,6 +149,10 @@ OPERATION_HOLDING_SLOT = (_O.SENDING, _O.SENT, _O.STARTED)
 OPERATION_IN_FLIGHT_OR_WAITING = (_O.SENDING, _O.SENT, _O.STARTED, _O.RESCHEDULED)
 #: What resume puts back to pending; force-resume adds the in-flight states.
 OPERATION_RESUMABLE = frozenset({_O.RESCHEDULED, _O.FAILED, _O.CANCELLED})
+# Where an attempt's own outcome report moves it.
+OPERATION_ENDED_BY_REPORT = frozenset({_O.SUCCEEDED, _O.FAILED, _O.RESCHEDULED})
+# Waiting for its agent: it may start there.
+OPERATION_AT_AGENT = frozenset({_O.SENDING, _O.SENT})
 OPERATION_FORCE_RESUMABLE = OPERATION_RESUMABLE | OPERATION_IN_FLIGHT
 
 OPERATION_TRANSITIONS = {

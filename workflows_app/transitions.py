@@ -24,11 +24,13 @@ module, so this module cannot name it; the table is passed down instead of impor
 import functools
 import json
 from contextlib import nullcontext
+from datetime import timedelta
 
 from django.db import connection, transaction
 from django.db.models import F
 
 from workflows_app import clock, db
+from workflows_app.conf import workflows_settings
 from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, TransitionRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.models.execution import hash_token, new_token
@@ -106,7 +108,9 @@ def create_operation(operation, target, *, through=(), data=None, **fields) -> O
     for before, after in zip([source, *path], path):
         if after not in OPERATION_TRANSITIONS[before]:
             raise InvalidTransition("operation", operation.pk, before, after, source)
-        attempt = attempt + 1 if after == OperationState.SENDING else attempt
+        if after == OperationState.SENDING:
+            attempt += 1
+            operation.granted_until = grant_deadline(now)
         events.append(_operation_event(operation, before, after, attempt, "", data if after == path[-1] else None))
         setattr(operation, OPERATION_STATE_TIMESTAMP[after], now)
     operation.state, operation.attempt = path[-1], attempt
@@ -275,6 +279,7 @@ def operation_transition(operation, target, *, attempt=None, message="", data=No
     updates = {"state": target, OPERATION_STATE_TIMESTAMP[target]: clock.now(), **fields}
     if target == OperationState.SENDING:
         updates["attempt"] = operation.attempt + 1
+        updates["granted_until"] = grant_deadline(updates[OPERATION_STATE_TIMESTAMP[target]])
 
     event = _operation_event(operation, source, target, updates.get("attempt", operation.attempt), message, data)
     if connection.vendor == "postgresql":
@@ -378,6 +383,11 @@ def _update_with_event_sql(model, names, conditions, share_lock_execution=False)
             f"SELECT {locked}, (SELECT {q(event_meta.pk.column)} FROM ev) FROM ex")
 
 
+def grant_deadline(sent_at):
+    """Until when an attempt sent at ``sent_at`` may start on its agent unasked (GRANT_SECONDS)."""
+    return sent_at + timedelta(seconds=workflows_settings.GRANT_SECONDS)
+
+
 def claim_operation(operation_id, attempt, *, data=None, incarnation=""):
     """PostgreSQL: an agent's claim of an attempt in one statement — ``sent`` (or ``sending``:
     the message overtook its sender's write of ``sent``) -> ``started``, only while the attempt
@@ -471,6 +481,7 @@ def operations_transition(operations, target, *, message="", data=None) -> list:
         updates = {"state": target, OPERATION_STATE_TIMESTAMP[target]: now}
         if target == OperationState.SENDING:
             updates["attempt"] = F("attempt") + 1
+            updates["granted_until"] = grant_deadline(now)
         Operation.objects.filter(pk__in=[op.pk for op in moving]).update(**updates)
         events = []
         for operation in moving:
@@ -479,6 +490,8 @@ def operations_transition(operations, target, *, message="", data=None) -> list:
             events.append(_operation_event(operation, source, target, attempt, message, data))
             operation.state, operation.attempt = target, attempt
             setattr(operation, OPERATION_STATE_TIMESTAMP[target], now)
+            if target == OperationState.SENDING:
+                operation.granted_until = updates["granted_until"]
             _left_slot(operation, source, target)
         Event.objects.bulk_create(events)
     return moving

@@ -34,11 +34,11 @@ import uuid
 
 from celery.worker.control import control_command
 
-from agents.worker import link, local
+from agents.worker import journal, link, local
 from workflows_app import wire
 from workflows_app.conf import workflows_settings
 from workflows_app.wire import keys
-from workflows_app.broker import CANCEL_COMMAND, KILL_COMMAND, RESEND_COMMAND, RUNNING_COMMAND
+from workflows_app.broker import CANCEL_COMMAND, KILL_COMMAND, RESEND_COMMAND, RUNNING_COMMAND, STOP_COMMAND
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,18 @@ def switchyard_running(state, nonce="", **kwargs):
     those lost."""
     answer = {"agent": local.name(), "incarnation": local.incarnation(), "running": local.running_attempts()}
     proof = keys.prove(link.own_key(), keys.Purpose.RUNNING, {**answer, "nonce": str(nonce)[:64]})
+    return {"ok": {**answer, "proof": proof}}
+
+
+@control_command(name=STOP_COMMAND, args=[("attempts", list), ("nonce", str)], signature="[attempts] <nonce>")
+def switchyard_stop(state, attempts=None, nonce="", **kwargs):
+    """Put ``attempts`` (sent to this agent, and cancelled or superseded since) on this agent's
+    stop list, its journal: no delivery of one starts it from now on. Answers for each, proved
+    for the question's ``nonce``: ``refused`` (it never started here and never will), ``running``
+    (a delivery started it: it is stopped as the engine says) or ``ended`` (it ran here)."""
+    answers = {key: journal.stop(key) for key in sorted(attempt_keys(attempts, keys.Purpose.STOP))}
+    answer = {"agent": local.name(), "answers": answers}
+    proof = keys.prove(link.own_key(), keys.Purpose.STOPPED, {**answer, "nonce": str(nonce)[:64]})
     return {"ok": {**answer, "proof": proof}}
 
 

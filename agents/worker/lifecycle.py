@@ -16,7 +16,7 @@ from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connections
 
-from agents.worker import link, local, pool
+from agents.worker import journal, link, local, pool
 from agents.worker.forks import no_fork_meanwhile
 from agents.worker.control import terminate
 from workflows_app import broker, outages, wire
@@ -36,6 +36,7 @@ def begin(name, *, register=True, concurrency=None) -> str:
     os.environ[local.NAME_ENV] = name
     os.environ[local.INCARNATION_ENV] = incarnation
     if register:
+        journal.forget_old(name)
         killed = local.kill_leftovers(name)
         if killed:
             logger.warning("killed %d operation process group(s) left by an earlier run of %s: %s", len(killed), name, killed)

@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 PUBLISH_RETRIES = 20
 #: The longest pause between two of them.
 PUBLISH_RETRY_MAX_SECONDS = 2.0
+#: A ``started`` report waits this long for its attempt's outcome, to leave with it: an attempt
+#: that ends sooner reports its start and its end in one message.
+STARTED_DELAY_SECONDS = 0.05
 #: A claim with no answer yet is sent again after this long, then after twice as long each time,
 #: up to CLAIM_RESEND_MAX_SECONDS: a claim or its answer can be lost on the way (an answer is not
 #: persistent, a broker restarts, a manager's answer fails to publish), and the pool process would
@@ -57,6 +60,8 @@ class Link:
         self.reply_to = None
         self.waiting = None
         self.answer = None
+        self.starts = {}  # (operation id, attempt) -> (when its started report leaves alone, its start)
+        self.flusher = None
 
     # --- the connection ----------------------------------------------------------------------
     def _connect(self):
@@ -77,8 +82,44 @@ class Link:
     # --- reports -----------------------------------------------------------------------------
     def report(self, kind, **fields):
         """Publish a report of ``kind`` for this run of this agent; returns once the broker has it.
-        :class:`Unreachable` when it does not take it."""
-        body = signed(kind, **fields)
+        :class:`Unreachable` when it does not take it. The outcome of an attempt whose ``started``
+        report waits (:meth:`started`) carries it."""
+        if kind in (wire.Kind.OUTCOME, wire.Kind.LOST):
+            with self.lock:
+                waited = self.starts.pop((fields.get("operation"), fields.get("attempt")), None)
+            if waited is not None and kind == wire.Kind.OUTCOME:
+                fields.update(started=os.getpid(), started_at=waited[1])
+        self._publish(signed(kind, **fields), kind)
+
+    def started(self, operation_id, attempt):
+        """Report that this process started the attempt unasked: with its outcome if it ends
+        within STARTED_DELAY_SECONDS, else on its own then (a thread of this process sends it)."""
+        with self.lock:
+            self.starts[(str(operation_id), attempt)] = (time.monotonic() + STARTED_DELAY_SECONDS, time.time())
+            if self.flusher is None or not self.flusher.is_alive():
+                self.flusher = threading.Thread(target=self._send_starts, name="switchyard-started", daemon=True)
+                self.flusher.start()
+
+    def _send_starts(self):
+        while True:
+            with self.lock:
+                if not self.starts:
+                    self.flusher = None
+                    return
+                now = time.monotonic()
+                due = [(attempt, began) for attempt, (at, began) in self.starts.items() if at <= now]
+                wait = min(at for at, _ in self.starts.values()) - now
+                try:
+                    for (operation_id, attempt), began in due:
+                        self._publish(signed(wire.Kind.STARTED, operation=operation_id, attempt=attempt, pid=os.getpid(),
+                                             at=began), wire.Kind.STARTED)
+                        del self.starts[(operation_id, attempt)]
+                except Unreachable as exc:  # sent with its outcome, or tried again
+                    logger.warning("%s", exc)
+                    wait = PUBLISH_RETRY_MAX_SECONDS
+            time.sleep(max(0.005, wait))
+
+    def _publish(self, body, kind):
         with self.lock:
             connection = self._connect()
             try:
@@ -200,6 +241,11 @@ def report(kind, **fields):
 def claim(operation_id, attempt, timeout):
     """:meth:`Link.claim` on this process' link."""
     return _link.claim(operation_id, attempt, timeout)
+
+
+def started(operation_id, attempt):
+    """:meth:`Link.started` on this process' link."""
+    _link.started(operation_id, attempt)
 
 
 #: How long a claim waits for its answer before its message goes back to the queue.

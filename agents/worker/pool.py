@@ -17,7 +17,7 @@ from celery.signals import task_postrun, task_prerun, worker_process_init
 from celery.utils.text import match_case
 from django.db import close_old_connections, connections
 
-from agents.worker import local
+from agents.worker import grants, local
 from workflows_app.broker import ADVANCE_TASK
 from workflows_app.local_steps import host
 
@@ -56,6 +56,7 @@ def prepare(app):
     override(app, "broker_channel_error_retry", True)
     app.conf["CELERY_DB_REUSE_MAX"] = 2**31
     json_only(app)
+    grants.install(app)  # when its broker connection began: what was granted before it is claimed
     host.install(PoolHost())
     revokes = logging.getLogger("celery.worker.control")
     if not any(isinstance(each, NoBackendToMark) for each in revokes.filters):

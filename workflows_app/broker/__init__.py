@@ -88,6 +88,7 @@ KILL_COMMAND = "switchyard_kill"
 CANCEL_COMMAND = "switchyard_cancel"
 RUNNING_COMMAND = "switchyard_running"
 RESEND_COMMAND = "switchyard_resend_outcomes"
+STOP_COMMAND = "switchyard_stop"
 #: The one serializer of everything Switchyard sends.
 SERIALIZER = "json"
 
@@ -199,7 +200,7 @@ class _NoSentEvent:
 _NO_SENT_EVENT = _NoSentEvent()
 
 
-def send_advance(execution_id, workflow_id=None):
+def send_advance(execution_id, workflow_id=None, countdown=None):
     """Ask a manager to run the execution's dispatcher (start, wake or finish it). A caller that
     holds the execution passes its ``workflow_id``, which only names the message in the
     manager's log and ``celery inspect``.
@@ -207,12 +208,13 @@ def send_advance(execution_id, workflow_id=None):
     An advance is the engine's own plumbing, not an operation: it publishes no task event — no
     ``task-sent`` here, and its task says ``send_events=False`` (``workflows_app.tasks``) — so
     Flower's task list (which keeps a bounded number of tasks) holds operations only, and a
-    start, a wake-up or an imperative step does not pay for four event messages on its way."""
+    start, a wake-up or an imperative step does not pay for four event messages on its way.
+    ``countdown``: seconds before a manager takes it (none: at once)."""
     if _outlet is not None:
         return _outlet.advance(str(execution_id))
     app = current_app
     app.send_task(ADVANCE_TASK, args=[str(execution_id)], queue=workflows_settings.MANAGEMENT_QUEUE,
-                  ignore_result=True, serializer=SERIALIZER, event_dispatcher=_NO_SENT_EVENT,
+                  ignore_result=True, serializer=SERIALIZER, event_dispatcher=_NO_SENT_EVENT, countdown=countdown,
                   **advance_headers(execution_id, workflow_id))
 
 
@@ -222,9 +224,13 @@ def send_advance_on_commit(execution):
     transaction.on_commit(lambda: send_advance(execution.pk, execution.workflow_id))
 
 
-def send_operations(operations) -> list:
+def send_operations(operations, grants=None) -> list:
     """Send the current attempt of each operation to its agent's queue, all through one producer
     (one broker connection). The caller records them ``sent`` (``engine.progress.publish``).
+
+    ``grants``: by operation id, what its attempt needs to run (``engine.grants``). A message
+    carries its grant, and its proof under the agent's key covers the operation id, the attempt
+    and the whole grant, so that the agent may run it as it comes; one without a grant is claimed.
 
     Each message is named after its workflow (:func:`operation_headers`), taken from the
     execution an operation holds (a caller that has the execution attaches it: no query), else
@@ -247,11 +253,17 @@ def send_operations(operations) -> list:
         for operation in operations:
             workflow_id, priority, trace = labels.get(str(operation.execution_id), (None, 0, ""))
             args = [str(operation.id), operation.attempt]
+            grant = (grants or {}).get(operation.id)
+            if grant is None:
+                kwargs = {"proof": keys.prove(agent_keys[operation.agent], keys.Purpose.OPERATION, args)}
+            else:
+                kwargs = {"grant": grant,
+                          "proof": keys.prove(agent_keys[operation.agent], keys.Purpose.OPERATION, [*args, grant])}
             try:
                 app.send_task(
                     RUNNER_TASK,
                     args=args,
-                    kwargs={"proof": keys.prove(agent_keys[operation.agent], keys.Purpose.OPERATION, args)},
+                    kwargs=kwargs,
                     task_id=task_id_for(operation.id, operation.attempt),
                     queue=operation.agent,
                     producer=producer,
@@ -489,6 +501,56 @@ def revoke(task_ids, *, terminate=False):
         task_ids = _outlet.revoke(task_ids)
     if task_ids:
         _control().revoke(task_ids, terminate=terminate, signal="SIGTERM")
+
+
+#: How long a stop waits for the answers of the agents it names.
+STOP_REPLY_SECONDS = 1.0
+
+
+def broadcast_stop(attempts, hosts) -> dict:
+    """Ask the agents holding ``attempts`` (pairs of operation id and attempt, sent to them and
+    not started) never to start them (``agents.worker.control``'s stop), and wait up to
+    STOP_REPLY_SECONDS for their answers. ``hosts``: each agent's host name (its Celery worker is
+    ``<agent>@<host>``). Returns ``{(operation id, attempt): "refused" | "running" | "ended"}``
+    for the attempts an agent answered for, with its proof for this question; an agent that did
+    not answer in time answers for none."""
+    found = {}
+    if _outlet is not None:
+        found, attempts = _outlet.stop(list(attempts))
+    nonce = secrets.token_hex(16)
+    proved = proved_attempts(attempts, keys.Purpose.STOP)
+    destination = sorted({f"{agent}@{hosts[agent]}" for _, _, agent, _ in proved if hosts.get(agent)})
+    if not destination:
+        return found
+    try:
+        replies = _control().broadcast(STOP_COMMAND, arguments={"attempts": proved, "nonce": nonce}, reply=True,
+                                       destination=destination, limit=len(destination), timeout=STOP_REPLY_SECONDS)
+    except Exception as exc:  # noqa: BLE001 — a broker that cannot be reached: no answer, the grants are waited for
+        logger.warning("could not ask %s to stop %d attempt(s): %s", ", ".join(destination), len(proved), exc)
+        return found
+    answers = [answer.get("ok") for reply in replies or [] for answer in reply.values() if isinstance(answer, dict)]
+    answers = [ok for ok in answers if isinstance(ok, dict) and isinstance(ok.get("agent"), str)
+               and isinstance(ok.get("answers"), dict)]
+    agent_keys = signing.agent_keys({answer["agent"] for answer in answers})
+    sent_to = {(pk, attempt): agent for pk, attempt, agent, _ in proved}
+    for answer in answers:
+        if not keys.proven(answer.get("proof"), agent_keys[answer["agent"]], keys.Purpose.STOPPED,
+                           {**keys.without_proof(answer), "nonce": nonce}):
+            logger.warning("ignored an answer to a stop that agent %s did not prove", values_shown(answer["agent"]))
+            continue
+        for key, verdict in answer["answers"].items():
+            pk, _, attempt = str(key).rpartition(".")
+            if attempt.isdigit() and sent_to.get((pk, int(attempt))) == answer["agent"] and verdict in STOP_ANSWERS:
+                found[(pk, int(attempt))] = verdict
+    return found
+
+
+#: What an agent answers a stop with, for each attempt.
+STOP_ANSWERS = ("refused", "running", "ended")
+
+
+def values_shown(name) -> str:
+    return repr(str(name)[:80])
 
 
 def ask_resend_outcomes(attempts):

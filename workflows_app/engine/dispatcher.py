@@ -16,7 +16,7 @@ import uuid
 from django.db import connection, transaction
 
 from workflows_app import clock, db, outages, values
-from workflows_app.engine import children, failures, live, policy, stopping
+from workflows_app.engine import children, failures, grants, live, policy, stopping
 from workflows_app.engine.context import WorkflowCancelled, WorkflowFailed
 from workflows_app.engine.handles import Suspend
 from workflows_app.engine.replay import Replay
@@ -201,6 +201,8 @@ def end(execution, status, error="", *, steps_open=True):
     error = values.clean_text(error)  # a reason or traceback from workflow code may quote anything
     if steps_open:
         stopping.cancel_in_states(execution, OPERATION_ACTIVE, f"the execution ends {status}")
+    if grants.holds_end(execution, steps_open=steps_open):  # one cancelled unstarted may still start: not yet
+        return execution
     fields = {"error": error} if error else {}
     # The dispatcher's fence: only while the token it read is current (a kill or resume renews it).
     fence = execution.token_hash or None

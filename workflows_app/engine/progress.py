@@ -11,7 +11,7 @@ from django.db import connection, transaction
 
 from workflows_app import broker, clock, db, values
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import children, policy
+from workflows_app.engine import children, grants, policy
 from workflows_app.flow.limits import governs
 from workflows_app.local_steps import due, host
 from workflows_app.errors import TransitionRefused
@@ -120,7 +120,7 @@ def publish(operations):
                 batch.append(op)
             else:
                 unsendable.append((op, f"not sent: invalid agent name {values.shown_name(op.agent)}: {problem}"))
-        refused = broker.send_operations(batch) if batch else []
+        refused = broker.send_operations(batch, grants.grants(batch)) if batch else []
         unsendable += [(op, f"the broker refused the message to agent {values.shown_name(op.agent)}: {reason}")
                        for op, reason in refused or ()]
         gone = {id(op) for op, _ in unsendable}

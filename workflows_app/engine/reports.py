@@ -173,7 +173,7 @@ def record_cancelled(operation, attempt, error):
         execution = progress.lock_execution(operation.execution_id)
         try:
             operation_transition(operation, OperationState.CANCELLED, attempt=attempt, error=error,
-                                 message=error.get("message", "")[:500])
+                                 message=error.get("message", "")[:500], granted_until=None)
         except TransitionRefused as refused:
             return _stale(operation, attempt, refused, {"error": error})
         _wake(execution)

@@ -10,10 +10,10 @@ its parent's, as a stop locks them (``engine.stopping``).
 from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
-from workflows_app import broker
-from workflows_app.engine import failures, progress, stopping
+from workflows_app import broker, clock
+from workflows_app.engine import failures, grants, progress, stopping
 from workflows_app.models import Execution, Operation, OperationDependency
-from workflows_app.states import EXECUTION_CHILD_RESUMABLE, ExecutionStatus, OperationState, StepKind
+from workflows_app.states import EXECUTION_CHILD_RESUMABLE, OPERATION_AT_AGENT, ExecutionStatus, OperationState, StepKind
 from workflows_app.transitions import execution_transition, operation_transition
 
 
@@ -46,10 +46,22 @@ def reset(execution, states, message):
     dependencies still to succeed are counted again; every pending operation whose dependencies
     have all succeeded is sent. Whatever process of a reset attempt may still run is stopped
     once this commits (its attempt is over: a report from it is stale), so a step never runs
-    twice at once."""
+    twice at once.
+
+    An attempt ``sent`` with a grant that runs may start on its agent unasked: its agent is asked
+    never to start it, now, and it is reset only once the agent answered (if it started, it is
+    stopped as a started one is). One whose agent does not answer is left as it is: its attempt
+    is the current one still, and may run."""
     superseded = []
-    for operation in Operation.objects.filter(execution_id=execution.pk, state__in=states):
-        if operation.started_at is not None and operation.kind == StepKind.OPERATION:
+    operations = list(Operation.objects.filter(execution_id=execution.pk, state__in=states))
+    answers = grants.stop_now([(op.pk, op.attempt, op.agent) for op in grants.live(operations, clock.now())
+                               if op.state in OPERATION_AT_AGENT])
+    for operation in operations:
+        answer = answers.get((str(operation.pk), operation.attempt))
+        if answer is None and operation.state in OPERATION_AT_AGENT \
+                and grants.live([operation], clock.now()):
+            continue
+        if (operation.started_at is not None or answer == "running") and operation.kind == StepKind.OPERATION:
             superseded.append((operation.pk, operation.attempt))
         operation_transition(operation, OperationState.PENDING, message=message, current_retries=0,
                              next_attempt_at=None, error=None, result=None, failure_handled=False)

@@ -140,17 +140,5 @@ def _local(node, definition=None) -> bool:
     return (definition or get_operation(node.operation)).local
 
 
-def call_args(operation) -> list:
-    """The positional arguments an attempt of ``operation`` runs with: its own, after the input a
-    canvas passes on (a result, or a list of them, read from its dependencies) when it has one."""
-    args = list(operation.args)
-    if operation.input is not None:
-        results = dict(Operation.objects.filter(execution_id=operation.execution_id,
-                                                name__in=graphs.Input.from_json(operation.input).names())
-                       .values_list("name", "result"))
-        args.insert(0, graphs.resolve(operation.input, results))
-    return args
-
-
 def _first(*values):
     return next((v for v in values if v is not None), None)

@@ -28,7 +28,7 @@ from django.db.models import Max
 
 from workflows_app import broker, clock
 from workflows_app.conf import workflows_settings
-from workflows_app.engine import progress
+from workflows_app.engine import grants, progress
 from workflows_app.errors import TransitionRefused, WorkflowError
 from workflows_app.models import Event, Execution, Operation, OperationDependency
 from workflows_app.models.operation import task_id_for
@@ -39,6 +39,7 @@ from workflows_app.states import (
     EXECUTION_TRANSITIONS,
     EXECUTION_WAITING,
     OPERATION_ACTIVE,
+    OPERATION_AT_AGENT,
     OPERATION_NOT_STARTED,
     EventType,
     ExecutionStatus,
@@ -95,7 +96,8 @@ def _cancel(execution):
                    .values_list("pk", "attempt"))
     if running:
         ask_to_stop(running)  # again on every pass: a worker that missed the last ask hears this one
-    elif not Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE).exists():
+    elif not Operation.objects.filter(execution_id=execution.pk, state__in=OPERATION_ACTIVE).exists() \
+            and not grants.holds_end(execution):
         execution_transition(execution, ExecutionStatus.CANCELLED, message="cancelled: no operation runs any more")
 
 
@@ -104,7 +106,8 @@ def _force_cancel(execution):
     signalling its processes; what they report later is kept as ``stale_report``."""
     cancel_in_states(execution, OPERATION_ACTIVE, "cancelled: the execution was force-cancelled",
                      stop_processes=False)
-    execution_transition(execution, ExecutionStatus.CANCELLED, message="force-cancelled")
+    if not grants.holds_end(execution):
+        execution_transition(execution, ExecutionStatus.CANCELLED, message="force-cancelled")
 
 
 def _kill(execution):
@@ -114,7 +117,8 @@ def _kill(execution):
     cancel_in_states(execution, OPERATION_NOT_STARTED, "cancelled: the execution was killed")
     cancel_in_states(execution, [OperationState.STARTED], "killed", error=KILLED, stop_processes=False)
     stop_attempts(execution.pk, leftover_attempts(execution))
-    execution_transition(execution, ExecutionStatus.CANCELLED, message="killed")
+    if not grants.holds_end(execution):
+        execution_transition(execution, ExecutionStatus.CANCELLED, message="killed")
 
 
 def leftover_attempts(execution):
@@ -184,6 +188,8 @@ def cancel(execution, operations, message, *, error=None, stop_processes=True, d
     :func:`cancel_dependents`). Returns those it cancelled."""
     error = error or cancelled_error(message)
     running, unsent, cancelled = [], [], []
+    operations = list(operations)
+    grants.ask_to_stop(operations)  # a granted one may have started unasked: its agent says
     for operation in operations:
         if operation.kind == StepKind.WORKFLOW and not operation.is_terminal:
             stop_child(execution, operation)  # a reset step (resume) may have a running child
@@ -208,8 +214,14 @@ def cancel(execution, operations, message, *, error=None, stop_processes=True, d
 
 
 def cancel_in_states(execution, states, message, **options):
-    """:func:`cancel` for every operation of the execution in one of ``states``."""
-    return cancel(execution, Operation.objects.filter(execution_id=execution.pk, state__in=states), message, **options)
+    """:func:`cancel` for every operation of the execution in one of ``states`` — but those an
+    agent answers that it started unasked (``grants.ask_to_stop``), which are ``started`` now,
+    when ``started`` is not one of ``states``: they are left to what the caller does with started ones."""
+    operations = list(Operation.objects.filter(execution_id=execution.pk, state__in=states))
+    started = grants.ask_to_stop(operations)
+    if started and OperationState.STARTED not in states:
+        operations = [op for op in operations if op not in started]
+    return cancel(execution, operations, message, **options)
 
 
 def _cancel_one(operation, message, error):
@@ -219,8 +231,10 @@ def _cancel_one(operation, message, error):
         if operation.is_terminal:
             return None
         was = OperationState(operation.state)
+        # Only an attempt cancelled at its agent keeps its grant: it may still start there.
+        grant = {} if was in OPERATION_AT_AGENT else {"granted_until": None}
         try:
-            operation_transition(operation, OperationState.CANCELLED, message=message, error=error)
+            operation_transition(operation, OperationState.CANCELLED, message=message, error=error, **grant)
             return was
         except TransitionRefused:
             operation.refresh_from_db(fields=["state", "attempt"])

@@ -37,6 +37,7 @@ from workflows_app.flow import gate
 from workflows_app.local_steps import passes
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
+from workflows_app.transitions import grant_deadline
 from workflows_app.pausing import workflows as workflow_pausing
 from workflows_app.states import (
     EXECUTION_CANCELLING,
@@ -316,7 +317,11 @@ def _send_again(operations, now) -> list:
                 .values_list("pk", "attempt"))
     again = [op for op in operations if (op.pk, op.attempt) in still]
     if again:
-        Operation.objects.filter(pk__in=[op.pk for op in again], state=OperationState.SENT).update(sending_at=now)
+        granted_until = grant_deadline(now)
+        Operation.objects.filter(pk__in=[op.pk for op in again], state=OperationState.SENT).update(
+            sending_at=now, granted_until=granted_until)
+        for op in again:
+            op.sending_at, op.granted_until = now, granted_until
         progress.publish(again)
     return again
 

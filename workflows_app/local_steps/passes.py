@@ -8,7 +8,7 @@ local step (:func:`start_next`); then, with that committed and no lock held, it 
 
 from django.db import connection
 
-from workflows_app.engine import reports, steps
+from workflows_app.engine import grants, reports
 from workflows_app.errors import TransitionRefused
 from workflows_app.local_steps import due, host, running
 from workflows_app.models import Operation
@@ -64,7 +64,7 @@ def _waiting(execution):
 
 def run(operation):
     """Run the step :func:`start_next` started, with no transaction open; ``(operation, outcome)``."""
-    return operation, running.run(operation, dry_run=operation.execution.is_dry_run, args=steps.call_args(operation))
+    return operation, running.run(operation, dry_run=operation.execution.is_dry_run, args=grants.call_args(operation))
 
 
 def record(finished):

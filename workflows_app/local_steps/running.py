@@ -67,7 +67,7 @@ class LocalContext:
 
 def run(operation, *, dry_run=False, args=None) -> dict:
     """Run the current attempt of ``operation`` (local, ``started``); what it did, as the fields of
-    an ``outcome`` report. ``args``: its positional arguments (``engine.steps.call_args``)."""
+    an ``outcome`` report. ``args``: its positional arguments (``engine.grants.call_args``)."""
     try:
         definition = get_operation(operation.operation)
     except RegistrationError as exc:

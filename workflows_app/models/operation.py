@@ -90,6 +90,10 @@ class Operation(models.Model):
     sending_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # Until when the message of the current attempt may start it on its agent without asking
+    # (GRANT_SECONDS after it was sent); None once the attempt started, ended or its agent
+    # answered that it will never start it. Nothing supersedes an attempt whose grant runs.
+    granted_until = models.DateTimeField(null=True, blank=True, editable=False)
     rescheduled_at = models.DateTimeField(null=True, blank=True)
     succeeded_at = models.DateTimeField(null=True, blank=True)
     failed_at = models.DateTimeField(null=True, blank=True)

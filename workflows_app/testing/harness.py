@@ -458,6 +458,12 @@ class _Outlet:
         local.request_cancel([local.attempt_key(pk, attempt) for pk, attempt in attempts])
         return attempts if self.harness._agents else []
 
+    def stop(self, attempts):
+        """An attempt run here is claimed as it comes, never unasked: it will not start (answered
+        "refused"); a real agent's is asked."""
+        remote = [(pk, attempt) for pk, attempt in attempts if (str(pk), attempt) in self.harness._remote]
+        return {(str(pk), attempt): "refused" for pk, attempt in attempts if (pk, attempt) not in remote}, remote
+
     def kill(self, attempts):
         """Nothing runs here between two steps of the harness; a real agent's are broadcast."""
         return attempts if self.harness._agents else []

@@ -17,8 +17,11 @@ kind           fields besides ``kind``, ``agent``, ``incarnation`` and ``proof``
 =============  =================================================================================
 ``claim``      ``operation``, ``attempt``, ``pid``, ``reply_to``, ``id``: may this delivery start
                the attempt? Answered with a ``verdict`` (:class:`Verdict`), proved for the agent.
+``started``    ``operation``, ``attempt``, ``pid``, ``at`` (its time): a delivery started the attempt
+               unasked (its message's grant allowed it: ``agents.worker.grants``)
 ``outcome``    ``operation``, ``attempt``, ``outcome`` (:class:`Outcome`), ``result``, ``error``,
-               ``retryable``, ``retry_after``
+               ``retryable``, ``retry_after``, and ``started`` (the pid) and ``started_at`` when it
+               ran unasked and ended before its ``started`` report left
 ``log``        ``operation``, ``attempt``, ``message``, ``data``: ``ctx.log``
 ``lost``       ``operation``, ``attempt``, ``message``: the attempt will never report
 ``gone``       ``attempts`` (``[operation, attempt]`` each): their processes are gone
@@ -39,6 +42,7 @@ from workflows_app.wire import keys
 
 class Kind(enum.StrEnum):
     CLAIM = "claim"
+    STARTED = "started"
     OUTCOME = "outcome"
     LOG = "log"
     LOST = "lost"
@@ -62,7 +66,7 @@ class Verdict(enum.StrEnum):
 
 
 #: The kinds whose report is about one attempt of an operation.
-ATTEMPT_KINDS = frozenset({Kind.CLAIM, Kind.OUTCOME, Kind.LOG, Kind.LOST})
+ATTEMPT_KINDS = frozenset({Kind.CLAIM, Kind.STARTED, Kind.OUTCOME, Kind.LOG, Kind.LOST})
 #: Longest agent name, incarnation, host name and reply queue name taken (the columns' sizes).
 MAX_NAME = 200
 
@@ -70,7 +74,9 @@ MAX_NAME = 200
 #: The fields each kind may carry besides ``kind``, ``agent``, ``incarnation`` and ``proof``.
 FIELDS = {
     Kind.CLAIM: {"operation", "attempt", "pid", "reply_to", "id"},
-    Kind.OUTCOME: {"operation", "attempt", "outcome", "result", "error", "retryable", "retry_after"},
+    Kind.STARTED: {"operation", "attempt", "pid", "at"},
+    Kind.OUTCOME: {"operation", "attempt", "outcome", "result", "error", "retryable", "retry_after", "started",
+                   "started_at"},
     Kind.LOG: {"operation", "attempt", "message", "data"},
     Kind.LOST: {"operation", "attempt", "message"},
     Kind.GONE: {"attempts"},
@@ -112,6 +118,11 @@ def reports_exchange() -> str:
 CLAIM_MARGIN_SECONDS = 10.0
 
 
+#: How far the clocks of a manager and an agent may be apart: a grant is taken as expired this
+#: long before its deadline, and as older than the agent's broker connection up to this long after.
+CLOCK_SKEW_SECONDS = 1.0
+
+
 def claim_seconds() -> float:
     """How long a claim waits for its answer before its message goes back to the queue."""
     return float(workflows_settings.DATABASE_OUTAGE_TOLERANCE) + CLAIM_MARGIN_SECONDS
@@ -147,6 +158,8 @@ def parse(body) -> dict:
         report.update(operation=_uuid(body, "operation"), attempt=_attempt(body.get("attempt")))
     if kind == Kind.CLAIM:
         report.update(pid=_int(body, "pid"), reply_to=_name(body, "reply_to"), id=_text(body, "id", 64))
+    elif kind == Kind.STARTED:
+        report.update(pid=_int(body, "pid"), at=_moment(body, "at"))
     elif kind == Kind.OUTCOME:
         try:
             outcome = Outcome(body.get("outcome"))
@@ -162,7 +175,9 @@ def parse(body) -> dict:
         if retry_after is not None and not _number(retry_after):
             raise Malformed("retry_after: a number of seconds or null")
         report.update(outcome=outcome, result=body.get("result"), error=error,
-                      retryable=body.get("retryable") is True, retry_after=retry_after)
+                      retryable=body.get("retryable") is True, retry_after=retry_after,
+                      started=_int(body, "started") if "started" in body else None,
+                      started_at=_moment(body, "started_at") if "started_at" in body else None)
     elif kind == Kind.LOG:
         if not isinstance(body.get("data"), dict):
             raise Malformed("data: an object is needed")
@@ -224,6 +239,13 @@ def _int(body, name):
     if type(value) is not int or not 0 <= value < 2**31:
         raise Malformed(f"{name}: a non-negative integer is needed")
     return value
+
+
+def _moment(body, name) -> float:
+    value = body.get(name)
+    if not _number(value):
+        raise Malformed(f"{name}: a time (seconds since the epoch) is needed")
+    return float(value)
 
 
 def _number(value) -> bool:

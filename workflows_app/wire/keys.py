@@ -39,13 +39,15 @@ _HEX = re.compile(rf"[0-9a-f]{{{KEY_CHARS}}}")
 class Purpose:
     """What a proof is for: one made for one purpose proves nothing for another."""
 
-    OPERATION = "operation"  # a manager sends an agent an attempt: [operation id, attempt]
+    OPERATION = "operation"  # a manager sends an agent an attempt: [operation id, attempt(, its grant)]
     ANSWER = "answer"  # a manager answers an agent's claim
     REPORT = "report"  # an agent reports (every kind)
     KILL = "kill"  # a manager asks an agent to kill an attempt: [operation id, attempt]
     KILL_DISPATCHER = "kill-dispatcher"  # ... a manager to kill an execution's dispatcher: execution id
     CANCEL = "cancel"  # ... to tell a running attempt it is cancelled
     RESEND = "resend"  # ... to send an attempt's outcome again
+    STOP = "stop"  # ... to never start an attempt it was sent: [operation id, attempt]
+    STOPPED = "stopped"  # an agent answers a stop: {agent, answers, nonce}
     RUNNING = "running"  # an agent answers what it runs: {agent, incarnation, running, nonce}
 
 
