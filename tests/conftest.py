@@ -7,6 +7,7 @@ it fails instead, so a CI that lost its database cannot pass by skipping.
 
 import json
 import os
+import time
 from types import SimpleNamespace
 
 import kombu
@@ -142,8 +143,8 @@ def outbox(monkeypatch):
     (execution ids), ``["operation"]`` (step names), ``["revoke"]`` (task ids, terminate),
     ``["kill"]`` (the attempts of each broadcast kill); and the broker's queues hold nothing."""
     sent = {"advance": [], "operation": [], "revoke": [], "kill": []}
-    monkeypatch.setattr(broker, "send_advance", lambda pk, workflow_id=None: sent["advance"].append(str(pk)))
-    monkeypatch.setattr(broker, "send_operations", lambda ops: sent["operation"].extend(op.name for op in ops))
+    monkeypatch.setattr(broker, "send_advance", lambda pk, workflow_id=None, countdown=None: sent["advance"].append(str(pk)))
+    monkeypatch.setattr(broker, "send_operations", lambda ops, grants=None: sent["operation"].extend(op.name for op in ops))
     monkeypatch.setattr(broker, "revoke", lambda ids, terminate=False: sent["revoke"].append((list(ids), terminate)))
     monkeypatch.setattr(broker, "broadcast_kill",
                         lambda pk, attempts=(), dispatcher=False: sent["kill"].append([(str(a), n) for a, n in attempts]))
@@ -165,6 +166,9 @@ class Loopback:
         body = json.loads(json.dumps(link.signed(kind, **fields)))
         self.reports.append(body)
         return intake.take([body])
+
+    def started(self, operation_id, attempt):
+        self.report(wire.Kind.STARTED, operation=str(operation_id), attempt=attempt, pid=os.getpid(), at=time.time())
 
     def claim(self, operation_id, attempt, timeout):
         answers = self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt,

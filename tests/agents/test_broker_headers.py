@@ -183,7 +183,7 @@ def test_an_execution_loaded_without_its_workflow_is_not_read_once_per_operation
 def test_steps_made_ready_hold_their_execution(make_execution, make_operation, monkeypatch):
     """What the engine sends when a step's dependencies succeeded (``progress.send_ready``)
     holds the execution the engine has, so its messages are named without reading it again."""
-    monkeypatch.setattr(broker, "send_operations", lambda ops: None)
+    monkeypatch.setattr(broker, "send_operations", lambda ops, grants=None: None)
     execution = make_execution(workflow_id="install")
     make_operation(OperationState.PENDING, execution, name="a")
     sent = progress.send_ready(execution, list(Operation.objects.filter(execution_id=execution.pk)))

@@ -40,6 +40,7 @@ from tests.integration.harness import assert_operation_events_consistent, descri
 from tests.integration.test_engine import events, finish
 from tests.integration.test_stopping import queue_length
 from workflows_app import broker, services
+from workflows_app.engine import grants
 from workflows_app.models import Execution, Operation
 from workflows_app.models.operation import task_id_for
 from workflows_app.states import OperationState
@@ -49,9 +50,16 @@ pytestmark = pytest.mark.integration
 
 # --- helpers ------------------------------------------------------------------------------
 
+#: The grant of the messages here: an execution stopped while its agent is frozen ends once the
+#: grant of what the agent holds expired (the agent cannot answer the stop), and the agent, let go,
+#: claims what it holds (expired) rather than run it.
+GRANT_SECONDS = 4
+
+
 def up(stack, *, agent=True):
     """A manager and the agent ``host-1`` (concurrency 1: one pool process), ready; returns the
     agent's name and process (None with ``agent=False``: its messages wait in its queue)."""
+    stack.configure(GRANT_SECONDS=GRANT_SECONDS)
     stack.start_manager(concurrency=2)
     name = stack.agent_name("host-1")
     if not agent:
@@ -203,8 +211,9 @@ def test_a_cancel_while_the_agent_holds_the_message_unstarted_never_starts_it(st
         execution = services.start("it_single", {"agent": name, "tag": "held", "seconds": 0.0})
         held_by(stack, agent, name, execution)
         with frozen_main(agent):
-            assert getattr(services, stop)(execution.pk).status in ("cancelling", "cancelled")
-            stack.wait_for_status(execution.pk, "cancelled", timeout=30)
+            # It ends once the grant of what the frozen agent holds expired: the agent cannot answer.
+            assert getattr(services, stop)(execution.pk).status in ("cancelling", "kill_cancelling", "cancelled")
+            stack.wait_for_status(execution.pk, "cancelled", timeout=GRANT_SECONDS + 10)
 
     dealt_with(stack, name)
     never_started(stack, execution, "held")
@@ -237,7 +246,9 @@ def test_a_force_resume_while_the_old_attempts_message_waits_runs_only_the_new_a
             assert queue_length(name) == 1, "attempt 1's message waits in the queue"
         assert first.attempt == 1
 
-        assert services.force_cancel(execution.pk).status == "cancelled"
+        # Ended at once, or once the grant of what the frozen agent holds expired.
+        assert services.force_cancel(execution.pk).status in ("force_cancelling", "cancelled")
+        stack.wait_for_status(execution.pk, "cancelled", timeout=GRANT_SECONDS + 10)
         assert services.force_resume(execution.pk).status == "started"
         second = stack.wait_for(lambda: Operation.objects.filter(pk=first.pk, attempt=2, state="sent").first(), 30,
                                 "attempt 2 to be sent", lambda: describe_execution(execution.pk))
@@ -286,3 +297,53 @@ def test_an_agent_that_missed_the_stop_broadcast_while_disconnected_never_starts
 
     dealt_with(stack, name)  # it reconnected: it runs the next operation
     never_started(stack, execution, "held")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not cuttable(), reason="cutting an agent's connections takes a broker over TCP (and rabbitmqctl "
+                                            "on RabbitMQ): the set-ups with one run it")
+def test_an_agent_back_on_the_broker_never_starts_what_was_cancelled_while_it_was_away(stack):
+    """The agent is frozen and the broker closes every connection of it; meanwhile an operation is
+    sent to it and cancelled — the stop is broadcast to nobody. The agent is let go and reconnects
+    while the message's grant still runs, and the broker delivers it the message, for the first
+    time: it was granted before the agent's connection, so the agent asks (and is told no) rather
+    than run it. The attempt never runs; the execution ends ``cancelled`` without waiting for the
+    grant to expire."""
+    stack.configure(GRANT_SECONDS=60)  # far longer than the test: the grant runs when the agent is back
+    stack.start_manager(concurrency=2)
+    name = stack.agent_name("host-1")
+    agent = stack.start_agent(name, concurrency=1)
+    stack.wait_for_agent(name)
+    with frozen_main(agent):
+        ends = connections_of(agent)
+        assert ends and cut(ends) == len(ends), f"the broker closed every connection of the agent: {sorted(ends)}"
+        execution = services.start("it_single", {"agent": name, "tag": "away", "seconds": 0.0})
+        stack.wait_for_operation(execution.pk, "long", "sent")
+        assert services.cancel(execution.pk).status == "cancelling", "the agent did not answer: its grant is awaited"
+
+    dealt_with(stack, name)  # it reconnected, and took the message before the next one
+    stack.wait_for_status(execution.pk, "cancelled", timeout=30)
+    never_started(stack, execution, "away")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_granted_message_delivered_twice_at_once_runs_once(stack):
+    """The broker holds an attempt's message twice (the manager's, and the same message published
+    again); the agent, frozen meanwhile, is let go and takes both at once, into its two pool
+    processes: both deliveries are first deliveries of a live grant. The attempt runs once (its
+    agent's journal takes it once), has one ``task_started``, and the execution completes."""
+    stack.configure(GRANT_SECONDS=60)
+    stack.start_manager(concurrency=2)
+    name = stack.agent_name("host-1")
+    agent = stack.start_agent(name, concurrency=2)
+    stack.wait_for_agent(name)
+    with frozen_main(agent):
+        execution = services.start("it_single", {"agent": name, "tag": "twice", "seconds": 1.0})
+        op = stack.wait_for_operation(execution.pk, "long", "sent")
+        broker.send_operations([op], grants.grants([op]))  # the same attempt, the same grant, again
+
+    finish(stack, execution, "completed")
+    dealt_with(stack, name)
+    assert [run["attempt"] for run in stack.invocations("twice")] == [1], "the attempt ran once"
+    assert len(events(execution, "task_started", "long")) == 1
+    assert_operation_events_consistent(execution)

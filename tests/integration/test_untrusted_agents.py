@@ -61,9 +61,12 @@ def test_forged_and_replayed_reports_change_nothing_and_are_logged(stack, tmp_pa
     execution = services.start("it_single", {"agent": host, "tag": tag, "seconds": 4.0})
     waiting = stack.wait_for_operation(execution.pk, "long", "sent")
 
-    # Its message waits in host-1's queue (host-1 is not up yet): read, it holds no secret.
+    # Its message waits in host-1's queue (host-1 is not up yet): read, it holds no secret — what
+    # the attempt needs to run, and the managers' proof of it all.
     args, kwargs = peek(host)
-    assert args == [str(waiting.pk), waiting.attempt] and set(kwargs) == {"proof"}
+    assert args == [str(waiting.pk), waiting.attempt] and set(kwargs) == {"proof", "grant"}
+    assert set(kwargs["grant"]) == {"operation", "execution", "step", "args", "kwargs", "dry_run", "retries_left",
+                                    "granted", "deadline"}
     about = {"agent": host, "incarnation": "x", "operation": str(waiting.pk), "attempt": waiting.attempt}
     claim = {"kind": "claim", **about, "pid": 1, "reply_to": f"{host}.replies.box.1", "id": "x"}
     publish(stack, {**claim, "proof": kwargs["proof"]})  # the message's proof, as a report's

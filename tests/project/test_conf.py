@@ -36,6 +36,7 @@ SPEC_DEFAULTS = {
     # How long a start's idempotency key answers with the execution it started.
     "IDEMPOTENCY_SECONDS": 86400,
     "LOCAL_STEP_TIMEOUT": 30,
+    "GRANT_SECONDS": 30,
 }
 
 
