@@ -23,7 +23,6 @@ the managers' proof for their agent.
 """
 
 import logging
-import time
 from collections import defaultdict
 from datetime import datetime
 from datetime import timezone as dt_timezone
@@ -240,7 +239,7 @@ def _start_unasked(report, operation, pid, at) -> bool:
 
 def _outcome(report, operation):
     if report["started"] is not None:  # it ran unasked, and ended before its start was reported
-        _start_unasked(report, operation, report["started"], report["started_at"] or time.time())
+        _start_unasked(report, operation, report["started"], report["started_at"])
     reports.record_outcome(operation, report["attempt"], report)
 
 
@@ -256,6 +255,8 @@ def _lost(report, operation):
     agent handed it back when it shut down. Lost, a retryable failure, if it is still current
     and not over; a message that overtook its sender's write of ``sent`` is sent first."""
     attempt = report["attempt"]
+    if report["started"] is not None:  # it ran unasked: its start comes with its loss
+        _start_unasked(report, operation, report["started"], report["started_at"])
     if operation.attempt != attempt or operation.state not in OPERATION_IN_FLIGHT:
         return
     if operation.state == OperationState.SENDING:

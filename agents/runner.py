@@ -177,7 +177,11 @@ def _seen_here(operation_id, attempt, key) -> bool:
             return _dropped(operation_id, attempt, "a duplicate delivery of an attempt that ended on this agent")
     lost = {"outcome": wire.Outcome.FAILED, "retryable": True,
             "error": {"type": "WorkerLost", "message": "its worker process was lost"}}
-    _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=lost["error"]["message"])
+    # It began here (the journal says so), which the managers may not know: its start was to be
+    # reported by the process that is gone. Its loss carries it, in one report.
+    pid, began = journal.began(key)
+    _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=lost["error"]["message"], started=pid,
+                       started_at=began)
     journal.end(key)
     raise _task_error(lost, attempt, {}, cancelled=False)
 

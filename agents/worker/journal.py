@@ -95,6 +95,18 @@ def read(key):
     return word if word in (RUN, STOP, END) else RUN  # a file being written is one being started
 
 
+def began(key) -> tuple[int, float]:
+    """The pid of the process that started attempt ``key`` here (0 when the journal does not
+    say) and when its entry was last written (seconds since the epoch; now when it has none)."""
+    path = _path() / key
+    try:
+        text, moment = path.read_text(), path.stat().st_mtime
+    except FileNotFoundError:
+        return 0, time.time()
+    word, _, pid = text.strip().partition(" ")
+    return (int(pid) if word == RUN and pid.isdigit() else 0), moment
+
+
 def _started_moments_ago(key, seconds=5.0) -> bool:
     try:
         return time.time() - (_path() / key).stat().st_mtime < seconds

@@ -87,7 +87,7 @@ class Link:
         if kind in (wire.Kind.OUTCOME, wire.Kind.LOST):
             with self.lock:
                 waited = self.starts.pop((fields.get("operation"), fields.get("attempt")), None)
-            if waited is not None and kind == wire.Kind.OUTCOME:
+            if waited is not None:  # its start goes with its end, in one report
                 fields.update(started=os.getpid(), started_at=waited[1])
         self._publish(signed(kind, **fields), kind)
 

@@ -23,7 +23,8 @@ kind           fields besides ``kind``, ``agent``, ``incarnation`` and ``proof``
                ``retryable``, ``retry_after``, and ``started`` (the pid) and ``started_at`` when it
                ran unasked and ended before its ``started`` report left
 ``log``        ``operation``, ``attempt``, ``message``, ``data``: ``ctx.log``
-``lost``       ``operation``, ``attempt``, ``message``: the attempt will never report
+``lost``       ``operation``, ``attempt``, ``message`` (and ``started``, ``started_at`` as an
+               outcome's): the attempt will never report
 ``gone``       ``attempts`` (``[operation, attempt]`` each): their processes are gone
 ``heartbeat``  nothing more
 ``register``   ``hostname``, ``pid``, ``concurrency``: a run of the agent begins
@@ -78,7 +79,7 @@ FIELDS = {
     Kind.OUTCOME: {"operation", "attempt", "outcome", "result", "error", "retryable", "retry_after", "started",
                    "started_at"},
     Kind.LOG: {"operation", "attempt", "message", "data"},
-    Kind.LOST: {"operation", "attempt", "message"},
+    Kind.LOST: {"operation", "attempt", "message", "started", "started_at"},
     Kind.GONE: {"attempts"},
     Kind.HEARTBEAT: set(),
     Kind.REGISTER: {"hostname", "pid", "concurrency"},
@@ -175,15 +176,13 @@ def parse(body) -> dict:
         if retry_after is not None and not _number(retry_after):
             raise Malformed("retry_after: a number of seconds or null")
         report.update(outcome=outcome, result=body.get("result"), error=error,
-                      retryable=body.get("retryable") is True, retry_after=retry_after,
-                      started=_int(body, "started") if "started" in body else None,
-                      started_at=_moment(body, "started_at") if "started_at" in body else None)
+                      retryable=body.get("retryable") is True, retry_after=retry_after, **_started(body))
     elif kind == Kind.LOG:
         if not isinstance(body.get("data"), dict):
             raise Malformed("data: an object is needed")
         report.update(message=_text(body, "message", workflows_settings.MAX_PAYLOAD_BYTES), data=body["data"])
     elif kind == Kind.LOST:
-        report.update(message=_text(body, "message", MAX_LINE))
+        report.update(message=_text(body, "message", MAX_LINE), **_started(body))
     elif kind == Kind.GONE:
         attempts = body.get("attempts")
         if not isinstance(attempts, list) or not all(isinstance(a, list) and len(a) == 2 for a in attempts):
@@ -239,6 +238,14 @@ def _int(body, name):
     if type(value) is not int or not 0 <= value < 2**31:
         raise Malformed(f"{name}: a non-negative integer is needed")
     return value
+
+
+def _started(body) -> dict:
+    """An outcome's or a loss's ``started`` (pid) and ``started_at``: the attempt ran unasked and
+    its start travels with its end (None, None when it does not)."""
+    if "started" not in body:
+        return {"started": None, "started_at": None}
+    return {"started": _int(body, "started"), "started_at": _moment(body, "started_at")}
 
 
 def _moment(body, name) -> float:
