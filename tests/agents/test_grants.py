@@ -149,6 +149,16 @@ def test_an_outcome_that_carries_its_start_records_both(sent):
     assert types[-2:] == [EventType.TASK_STARTED, EventType.TASK_SUCCEEDED]
 
 
+def test_a_loss_that_carries_its_start_records_both_in_order(sent):
+    """A granted attempt whose process died before its start was reported: its loss says when it
+    started, in the same report, so that no manager stores the loss of an attempt never started."""
+    intake.take([signed("lost", sent, message="its worker process was lost", started=42, started_at=time.time())])
+    sent.refresh_from_db()
+    assert (sent.state, sent.attempt) == (OperationState.RESCHEDULED, 1)
+    types = list(Event.objects.filter(execution_id=sent.execution_id).order_by("pk").values_list("type", flat=True))
+    assert types[-2:] == [EventType.TASK_STARTED, EventType.TASK_RESCHEDULED]
+
+
 def test_a_started_report_of_a_cancelled_attempt_is_stopped(sent, outbox, django_capture_on_commit_callbacks):
     Operation.objects.filter(pk=sent.pk).update(state=OperationState.CANCELLED)
     with django_capture_on_commit_callbacks(execute=True):
