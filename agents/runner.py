@@ -33,6 +33,7 @@ message was handled and nothing failed.
 
 import logging
 import os
+import time
 import uuid
 
 from celery import shared_task
@@ -111,13 +112,16 @@ def run_operation(operation_id, attempt, proof=None, grant=None, **unexpected):
             local.clear_claiming(key)  # once it is recorded running, when it runs
         if answer is None:
             return
+    # An attempt that ran unasked: its end carries its start (the managers may not have it yet).
+    start = answer.pop("unasked", {})
     try:
         ctx = OperationContext(operation_id, attempt, answer)
         outcome = attempts.run(_run, ctx, answer, run_operation.request)  # in the attempt's span
         terminated = outcome.pop("terminated", None)
         if outcome.pop("lost", False):  # SystemExit, KeyboardInterrupt, SIGTERM (agents.worker.deaths)
-            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=outcome["error"]["message"])
+            _report_or_requeue(wire.Kind.LOST, operation_id, attempt, message=outcome["error"]["message"], **start)
         else:
+            outcome.update(start)
             _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, **outcome)
             # Kept with the attempt's finished record: sent again if this report is lost on its way.
             local.remember_outcome(key, {"operation": str(operation_id), "attempt": attempt, **outcome})
@@ -150,8 +154,9 @@ def _granted(operation_id, attempt, key, grant):
         logger.info("operation %s attempt %s claimed: %s", operation_id, attempt, why)
         return None
     local.mark_running(key)
-    link.started(operation_id, attempt)
-    return {"verdict": wire.Verdict.RUN, **grant}
+    began = time.time()
+    link.started(operation_id, attempt, began)
+    return {"verdict": wire.Verdict.RUN, **grant, "unasked": {"started": os.getpid(), "started_at": began}}
 
 
 def _seen_here(operation_id, attempt, key) -> bool:
@@ -173,7 +178,7 @@ def _seen_here(operation_id, attempt, key) -> bool:
         if kept is not None:
             # Stored twice changes nothing; its start with it, should the managers not have that either.
             fields = {name: value for name, value in kept.items() if name not in ("operation", "attempt", "secret")}
-            _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, **fields, started=os.getpid())
+            _report_or_requeue(wire.Kind.OUTCOME, operation_id, attempt, **fields)  # with its start, if unasked
             return _dropped(operation_id, attempt, "a duplicate delivery of an attempt that ended on this agent")
     lost = {"outcome": wire.Outcome.FAILED, "retryable": True,
             "error": {"type": "WorkerLost", "message": "its worker process was lost"}}

@@ -167,8 +167,8 @@ class Loopback:
         self.reports.append(body)
         return intake.take([body])
 
-    def started(self, operation_id, attempt):
-        self.report(wire.Kind.STARTED, operation=str(operation_id), attempt=attempt, pid=os.getpid(), at=time.time())
+    def started(self, operation_id, attempt, began):
+        self.report(wire.Kind.STARTED, operation=str(operation_id), attempt=attempt, pid=os.getpid(), at=began)
 
     def claim(self, operation_id, attempt, timeout):
         answers = self.report(wire.Kind.CLAIM, operation=str(operation_id), attempt=attempt,

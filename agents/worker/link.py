@@ -85,17 +85,17 @@ class Link:
         :class:`Unreachable` when it does not take it. The outcome of an attempt whose ``started``
         report waits (:meth:`started`) carries it."""
         if kind in (wire.Kind.OUTCOME, wire.Kind.LOST):
-            with self.lock:
-                waited = self.starts.pop((fields.get("operation"), fields.get("attempt")), None)
-            if waited is not None:  # its start goes with its end, in one report
-                fields.update(started=os.getpid(), started_at=waited[1])
+            with self.lock:  # its start, not reported yet, goes with its end (which carries it)
+                self.starts.pop((fields.get("operation"), fields.get("attempt")), None)
         self._publish(signed(kind, **fields), kind)
 
-    def started(self, operation_id, attempt):
-        """Report that this process started the attempt unasked: with its outcome if it ends
-        within STARTED_DELAY_SECONDS, else on its own then (a thread of this process sends it)."""
+    def started(self, operation_id, attempt, began):
+        """Report that this process started the attempt unasked at ``began`` (seconds since the
+        epoch): on its own after STARTED_DELAY_SECONDS (a thread of this process sends it) unless
+        its end is reported first — which carries its start (``started``, ``started_at``) whether
+        or not this report left: two reports of one attempt may be stored in either order."""
         with self.lock:
-            self.starts[(str(operation_id), attempt)] = (time.monotonic() + STARTED_DELAY_SECONDS, time.time())
+            self.starts[(str(operation_id), attempt)] = (time.monotonic() + STARTED_DELAY_SECONDS, began)
             if self.flusher is None or not self.flusher.is_alive():
                 self.flusher = threading.Thread(target=self._send_starts, name="switchyard-started", daemon=True)
                 self.flusher.start()
@@ -243,9 +243,9 @@ def claim(operation_id, attempt, timeout):
     return _link.claim(operation_id, attempt, timeout)
 
 
-def started(operation_id, attempt):
+def started(operation_id, attempt, began):
     """:meth:`Link.started` on this process' link."""
-    _link.started(operation_id, attempt)
+    _link.started(operation_id, attempt, began)
 
 
 #: How long a claim waits for its answer before its message goes back to the queue.

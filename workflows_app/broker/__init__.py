@@ -523,8 +523,12 @@ def broadcast_stop(attempts, hosts) -> dict:
     if not destination:
         return found
     try:
-        replies = _control().broadcast(STOP_COMMAND, arguments={"attempts": proved, "nonce": nonce}, reply=True,
-                                       destination=destination, limit=len(destination), timeout=STOP_REPLY_SECONDS)
+        # A connection of its own, closed here: one returned to the pool would keep the wait for
+        # replies it stopped reading, which a process forked later would try to finish on close.
+        with current_app.connection_for_write() as connection:
+            replies = _control().broadcast(STOP_COMMAND, arguments={"attempts": proved, "nonce": nonce}, reply=True,
+                                           destination=destination, limit=len(destination), timeout=STOP_REPLY_SECONDS,
+                                           connection=connection)
     except Exception as exc:  # noqa: BLE001 — a broker that cannot be reached: no answer, the grants are waited for
         logger.warning("could not ask %s to stop %d attempt(s): %s", ", ".join(destination), len(proved), exc)
         return found
