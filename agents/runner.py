@@ -2,13 +2,19 @@
 database connection: it speaks to the managers through the broker (``agents.worker.link``).
 
 Authentication: a message that no manager proved for this agent (``workflows_app.wire.keys``:
-the proof of its operation id and attempt under the agent's key) is dropped at once — acknowledged
-and logged, never run, never sent back to the queue: anyone who may publish to the agent's queue
-could have put it there.
+the proof of its operation id, attempt and grant under the agent's key) is dropped at once —
+acknowledged and logged, never run, never sent back to the queue: anyone who may publish to the
+agent's queue could have put it there.
 
-Fencing: a delivery runs only once a manager, against the database, answered its claim with
-``run`` — the attempt was still its operation's current one, waiting to start, and its
-execution running (``agents.intake``). No answer in time: the message goes back to the queue,
+The grant: a first delivery of a live grant runs at once, without asking anyone, once this
+agent's journal took the attempt (``agents.worker.grants``, ``agents.worker.journal``); its start
+is reported, not asked, and its end carries its start. A delivery the journal already knows is
+settled here: dropped (stopped, or running here), its outcome sent again (ended here), or its
+attempt reported lost (its process gone).
+
+Fencing, for every other delivery: it runs only once a manager, against the database, answered
+its claim with ``run`` — the attempt was still its operation's current one, waiting to start, and
+its execution running (``agents.intake``). No answer in time: the message goes back to the queue,
 never run on a guess. A second delivery of the same attempt — Redis' visibility timeout, a
 requeue — is answered ``started``, with the pid of the process whose claim started it: dropped
 while that attempt runs somewhere, or while that process of this run still waits for its own
