@@ -7,6 +7,10 @@ what an agent says enters the database.
   operation's current attempt, the operation waits for it (``sending``/``sent``) and its
   execution is ``started``; the answer says so, with what to run (the operation, its arguments,
   the input a canvas passes on, whether it is a dry run, how many retries it has left);
+* a **started** report (a delivery ran the attempt unasked, on its message's grant) starts it as
+  a claim would, at its agent's time; one of an attempt that may not run any more is logged and
+  its process group stopped. An outcome or a loss that carries its start stores that first: the
+  reports of one attempt may come in either order;
 * an **outcome** is recorded by ``engine.reports`` (a report of an attempt that is no longer
   current is kept as a ``stale_report`` event and changes nothing);
 * ``ctx.log`` lines, attempts that will never report (``lost``), processes gone after a kill,
