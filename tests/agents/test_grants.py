@@ -186,7 +186,6 @@ def _answering(monkeypatch, answer):
 
 @pytest.mark.parametrize("answer, status, kept", [
     ("refused", ExecutionStatus.CANCELLED, False),
-    ("ended", ExecutionStatus.CANCELLED, False),
     (None, ExecutionStatus.CANCELLING, True),
 ])
 def test_a_cancel_ends_once_the_agent_answered_or_the_grant_expired(sent, monkeypatch, outbox, answer, status, kept):
@@ -204,8 +203,10 @@ def test_a_cancel_ends_once_the_agent_answered_or_the_grant_expired(sent, monkey
         assert execution.status == ExecutionStatus.CANCELLED
 
 
-def test_a_kill_kills_an_attempt_its_agent_says_it_started(sent, monkeypatch, outbox):
-    _answering(monkeypatch, "running")
+@pytest.mark.parametrize("answer", ["running", "ended"])
+def test_a_kill_kills_an_attempt_its_agent_says_it_started(sent, monkeypatch, outbox, answer):
+    """Running or ended there, it began: its start is recorded, and it ends as a started one."""
+    _answering(monkeypatch, answer)
     execution = Execution.objects.get(pk=sent.execution_id)
     stopping.stop(execution, ExecutionStatus.KILL_CANCELLING, "kill")
     sent.refresh_from_db()

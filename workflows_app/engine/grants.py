@@ -102,9 +102,10 @@ def live(operations, now) -> list:
 def ask_to_stop(operations):
     """Before ``operations`` (``sending``/``sent``) are cancelled or superseded: the agents holding
     their granted attempts are asked, now, never to start them (:func:`stop_now`). One an agent
-    answers that it runs is ``started`` from here on, as its own report would make it (and stopped
-    as a started one is); one it refused or ran is released (its grant is over); one no agent
-    answered for stays held until its grant expires (:func:`unanswered`). Returns those started."""
+    answers that it runs, or ran, is ``started`` from here on, as its own report would make it (and
+    stopped, or its outcome awaited, as a started one is); one it refused is released (its grant is
+    over); one no agent answered for stays held until its grant expires (:func:`unanswered`).
+    Returns those started."""
     now = clock.now()
     held = [op for op in live(operations, now) if op.state in OPERATION_AT_AGENT]
     if not held:
@@ -116,7 +117,7 @@ def ask_to_stop(operations):
     started, over = [], []
     for op in held:
         answer = answers.get((str(op.pk), op.attempt))
-        if answer == "running" and _start(op):
+        if answer in ("running", "ended") and _start(op):  # it began there: its start is recorded
             started.append(op)
         elif answer is not None:
             over.append(op)
