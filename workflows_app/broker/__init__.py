@@ -504,7 +504,7 @@ def revoke(task_ids, *, terminate=False):
 
 
 #: How long a stop waits for the answers of the agents it names.
-STOP_REPLY_SECONDS = 1.0
+STOP_REPLY_SECONDS = 2.0
 
 
 def broadcast_stop(attempts, hosts) -> dict:
@@ -522,13 +522,18 @@ def broadcast_stop(attempts, hosts) -> dict:
     destination = sorted({f"{agent}@{hosts[agent]}" for _, _, agent, _ in proved if hosts.get(agent)})
     if not destination:
         return found
+    arguments = {"attempts": proved, "nonce": nonce}
     try:
-        # A connection of its own, closed here: one returned to the pool would keep the wait for
-        # replies it stopped reading, which a process forked later would try to finish on close.
-        with current_app.connection_for_write() as connection:
-            replies = _control().broadcast(STOP_COMMAND, arguments={"attempts": proved, "nonce": nonce}, reply=True,
-                                           destination=destination, limit=len(destination), timeout=STOP_REPLY_SECONDS,
-                                           connection=connection)
+        if broker_is_redis():
+            # On Redis a connection of its own, closed here: one returned to the pool keeps the
+            # wait for replies it stopped reading (a BRPOP), which a process forked later blocks
+            # on as it closes the pool's connections.
+            with current_app.connection_for_write() as connection:
+                replies = _control().broadcast(STOP_COMMAND, arguments=arguments, reply=True, destination=destination,
+                                               limit=len(destination), timeout=STOP_REPLY_SECONDS, connection=connection)
+        else:
+            replies = _control().broadcast(STOP_COMMAND, arguments=arguments, reply=True, destination=destination,
+                                           limit=len(destination), timeout=STOP_REPLY_SECONDS)
     except Exception as exc:  # noqa: BLE001 — a broker that cannot be reached: no answer, the grants are waited for
         logger.warning("could not ask %s to stop %d attempt(s): %s", ", ".join(destination), len(proved), exc)
         return found
