@@ -288,3 +288,12 @@ def test_a_grant_changed_on_its_way_runs_nothing(granted, agent_link):
     assert GRANT_CALLS == [] and agent_link.reports == []
     op.refresh_from_db()
     assert op.state == OperationState.SENT
+
+
+# (NaN and infinity cannot even be proved: JSON has none, and the intake reads JSON.)
+@pytest.mark.parametrize("at", [-1.0, 1e300, "x\x00", "\ud800", "x" * 3_000_000])
+def test_a_started_report_with_a_time_that_is_none_is_refused_and_the_batch_goes_on(sent, at):
+    intake.take([signed("started", sent, pid=1, at=at), signed("log", sent, message="next", data={})])
+    sent.refresh_from_db()
+    assert sent.state == OperationState.SENT, "refused: nothing started"
+    assert Event.objects.filter(execution_id=sent.execution_id, type=EventType.LOG, message="next").exists()

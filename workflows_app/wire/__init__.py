@@ -248,9 +248,13 @@ def _started(body) -> dict:
     return {"started": _int(body, "started"), "started_at": _moment(body, "started_at")}
 
 
+#: The latest time a report may name (the end of year 9999, the last a datetime holds).
+LATEST_MOMENT = 253402300799.0
+
+
 def _moment(body, name) -> float:
     value = body.get(name)
-    if not _number(value):
+    if not _number(value) or value > LATEST_MOMENT:
         raise Malformed(f"{name}: a time (seconds since the epoch) is needed")
     return float(value)
 
