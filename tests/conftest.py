@@ -7,7 +7,6 @@ it fails instead, so a CI that lost its database cannot pass by skipping.
 
 import json
 import os
-import time
 from types import SimpleNamespace
 
 import kombu
