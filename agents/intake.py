@@ -32,6 +32,7 @@ from datetime import datetime
 from datetime import timezone as dt_timezone
 
 from django.db import transaction
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from agents.models import Agent
@@ -299,17 +300,19 @@ def _agents(agent_reports):
     that claims the attempts waiting for it as soon as its worker is ready, before its first
     heartbeat, is not taken for offline (and its new attempts for lost) in the same moment. Only
     a heartbeat makes the row of an agent that has none: the managers' operations report under
-    the management queue's name, which is no agent and never heart-beats."""
+    the management queue's name, which is no agent and never heart-beats. A heartbeat says where
+    its run is, as its registration did (which may have found no reports queue): a stop is sent
+    to ``<agent>@<host>``."""
     registered = {}
     beating = defaultdict(set)
-    heartbeats = set()
+    heartbeats = {}
     for report in agent_reports:
         if report["kind"] == wire.Kind.REGISTER:
             registered[report["agent"]] = report
         else:
             beating[report["agent"]].add(report["incarnation"])
             if report["kind"] == wire.Kind.HEARTBEAT:
-                heartbeats.add(report["agent"])
+                heartbeats[report["agent"]] = report
     for report in registered.values():
         current = Agent.objects.filter(name=report["agent"]).values_list("incarnation", flat=True).first()
         if current and report["incarnation"] != current and not began_after(report["incarnation"], current):
@@ -320,11 +323,17 @@ def _agents(agent_reports):
                  concurrency=report["concurrency"])
     now = timezone.now()
     for name, incarnations in beating.items():
-        if Agent.objects.filter(name=name, incarnation__in=incarnations).update(last_heartbeat=now) or name not in heartbeats:
+        beat = heartbeats.get(name)
+        host = {}
+        if beat is not None and beat["hostname"]:  # the host of the run that sent it, of the row that is that run
+            host = {"hostname": Case(When(incarnation=beat["incarnation"], then=Value(beat["hostname"])),
+                                     default=F("hostname"))}
+        if Agent.objects.filter(name=name, incarnation__in=incarnations).update(last_heartbeat=now, **host) or beat is None:
             continue
         # An agent with no row: its registration found no manager's queue to go to (the very
         # first start of a deployment). Its heartbeat registers it.
-        _, created = Agent.objects.get_or_create(name=name, defaults={"incarnation": max(incarnations),
+        _, created = Agent.objects.get_or_create(name=name, defaults={"incarnation": beat["incarnation"],
+                                                                       "hostname": beat["hostname"],
                                                                        "started_at": now, "last_heartbeat": now})
         if not created:
             logger.info("heartbeat of agent %s (run %s), which is not its current run: ignored", name, sorted(incarnations))

@@ -77,5 +77,6 @@ class Agent(models.Model):
 
 
 def hosts(names) -> dict:
-    """The host name each agent of ``names`` last registered from (its Celery worker is ``<name>@<host>``)."""
-    return dict(Agent.objects.filter(name__in=names).exclude(hostname="").values_list("name", "hostname"))
+    """The host name each agent of ``names`` that has a row last registered or heart-beat from (its
+    Celery worker is ``<name>@<host>``); empty when no report of it said yet."""
+    return dict(Agent.objects.filter(name__in=names).values_list("name", "hostname"))

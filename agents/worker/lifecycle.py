@@ -148,7 +148,7 @@ def heartbeat(name) -> Ticker:
 
     def beat():
         nonlocal forget_at
-        link.report(wire.Kind.HEARTBEAT)
+        link.report(wire.Kind.HEARTBEAT, hostname=socket.gethostname())
         if time.monotonic() >= forget_at:
             forget_at = time.monotonic() + FORGET_EVERY_SECONDS
             local.forget_finished(name)

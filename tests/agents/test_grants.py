@@ -12,6 +12,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from agents import intake
+from agents import models as agent_models
 from agents.runner import run_operation
 from agents.worker import grants as agent_grants
 from agents.worker import journal, local
@@ -222,6 +223,20 @@ def test_an_agent_that_never_registered_holds_nothing_up(sent, monkeypatch, outb
     execution = Execution.objects.get(pk=sent.execution_id)
     stopping.stop(execution, ExecutionStatus.CANCELLING, "cancel")
     assert execution.status == ExecutionStatus.CANCELLED
+
+
+def test_an_agent_whose_host_is_not_known_yet_is_waited_for(sent, monkeypatch, outbox):
+    """Its row has no host yet (its registration found no reports queue, and its heartbeats had
+    not said): it may hold the attempt, and cannot be asked, so its grant is waited for."""
+    _answering(monkeypatch, "refused")
+    monkeypatch.setattr(grants, "_hosts", agent_models.hosts)
+    monkeypatch.setattr(broker, "broadcast_stop", lambda attempts, hosts: pytest.fail("no host to ask"))
+    agent_models.Agent.objects.create(name=AGENT, incarnation="run-1", last_heartbeat=timezone.now())
+    execution = Execution.objects.get(pk=sent.execution_id)
+    stopping.stop(execution, ExecutionStatus.CANCELLING, "cancel")
+    sent.refresh_from_db()
+    assert (execution.status, sent.state) == (ExecutionStatus.CANCELLING, OperationState.CANCELLED)
+    assert sent.granted_until is not None, "held until its grant expires"
 
 
 def test_a_grant_that_expired_holds_nothing_up(sent, monkeypatch, outbox):

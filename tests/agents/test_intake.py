@@ -271,11 +271,22 @@ def test_a_report_proved_by_an_agent_the_operation_was_not_sent_to_changes_nothi
     assert f"which was sent to {AGENT}: ignored" in caplog.text
 
 
-def test_the_heartbeat_of_an_agent_with_no_row_registers_it():
-    """Its registration found no reports queue yet (a deployment's very first start)."""
-    intake.take([prove({"kind": "heartbeat", "agent": "newcomer", "incarnation": "run-9"})])
+def test_the_heartbeat_of_an_agent_with_no_row_registers_it_with_its_host():
+    """Its registration found no reports queue yet (a deployment's very first start). Its host is
+    where a stop is sent: without it, what the agent holds cannot be stopped, only waited for."""
+    intake.take([prove({"kind": "heartbeat", "agent": "newcomer", "incarnation": "run-9", "hostname": "box-9"})])
     agent = Agent.objects.get(name="newcomer")
-    assert agent.incarnation == "run-9" and agent.status == "online"
+    assert (agent.incarnation, agent.hostname, agent.status) == ("run-9", "box-9", "online")
+
+
+def test_a_heartbeat_says_where_its_run_is_only_for_that_run():
+    Agent.objects.create(name=AGENT, incarnation="run-2", last_heartbeat=timezone.now())  # no host: registration lost
+    intake.take([prove({"kind": "heartbeat", "agent": AGENT, "incarnation": "run-1", "hostname": "old-box"})])
+    assert Agent.objects.get(name=AGENT).hostname == "", "an earlier run's host is not this run's"
+    intake.take([prove({"kind": "heartbeat", "agent": AGENT, "incarnation": "run-2", "hostname": "box"})])
+    assert Agent.objects.get(name=AGENT).hostname == "box"
+    intake.take([prove({"kind": "heartbeat", "agent": AGENT, "incarnation": "run-2"})])  # an earlier version's
+    assert Agent.objects.get(name=AGENT).hostname == "box"
 
 
 def test_any_report_of_the_current_run_counts_as_its_heartbeat_but_only_a_heartbeat_makes_a_row(make_operation):

@@ -149,9 +149,10 @@ ASK_AGAIN_SECONDS = 10.0
 def stop_now(attempts) -> dict:
     """Ask the agents of ``attempts`` (operation id, attempt, agent) never to start them, now; their
     answers by ``(operation id as text, attempt)``: refused, running or ended. An agent that never
-    registered runs nothing: it answers "refused" here (when it starts, its broker connection is
-    newer than every grant, so it claims them all). One asked in the last ASK_AGAIN_SECONDS that
-    did not answer is not asked again (its grant is waited for)."""
+    registered nor heart-beat runs nothing: it answers "refused" here (when it starts, its broker
+    connection is newer than every grant, so it claims them all). One whose host no report of it
+    said yet cannot be asked, nor one asked in the last ASK_AGAIN_SECONDS that did not answer: no
+    answer, their grants are waited for."""
     moment = time.monotonic()
     for key, at in list(_unanswered.items()):
         if moment - at > ASK_AGAIN_SECONDS:
@@ -161,10 +162,10 @@ def stop_now(attempts) -> dict:
         return {}
     hosts = _hosts({agent for _, _, agent in attempts}) if _hosts is not None else {}
     answers = {(str(pk), attempt): "refused" for pk, attempt, agent in attempts if agent not in hosts}
-    asked = [(pk, attempt) for pk, attempt, agent in attempts if agent in hosts]
+    asked = [(pk, attempt) for pk, attempt, agent in attempts if hosts.get(agent)]
     if asked:
         answers.update(broker.broadcast_stop(asked, hosts))
-    for pk, attempt in asked:
+    for pk, attempt, agent in attempts:
         if (str(pk), attempt) not in answers:
             _unanswered[(str(pk), attempt)] = moment
     return answers

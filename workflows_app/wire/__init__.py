@@ -81,7 +81,7 @@ FIELDS = {
     Kind.LOG: {"operation", "attempt", "message", "data"},
     Kind.LOST: {"operation", "attempt", "message", "started", "started_at"},
     Kind.GONE: {"attempts"},
-    Kind.HEARTBEAT: set(),
+    Kind.HEARTBEAT: {"hostname"},
     Kind.REGISTER: {"hostname", "pid", "concurrency"},
 }
 #: The longest ``lost`` message and error type taken (their columns' and events' sizes).
@@ -188,6 +188,10 @@ def parse(body) -> dict:
         if not isinstance(attempts, list) or not all(isinstance(a, list) and len(a) == 2 for a in attempts):
             raise Malformed("attempts: a list of [operation, attempt]")
         report.update(attempts=[(_uuid({"operation": o}, "operation"), _attempt(a)) for o, a in attempts])
+    elif kind == Kind.HEARTBEAT:
+        # Where the run is, again: its registration may have found no reports queue (a deployment's
+        # very first start), and a stop needs it. Optional: a heartbeat of an earlier version has none.
+        report.update(hostname=_text(body, "hostname", 255) if "hostname" in body else "")
     elif kind == Kind.REGISTER:
         concurrency = body.get("concurrency")
         if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
