@@ -35,7 +35,7 @@ import random
 import sqlite3
 import time
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 from django.db.backends.signals import connection_created
 from django.db.models import DEFERRED
 
@@ -177,3 +177,17 @@ def columns(model, alias=None) -> str:
     q = connection.ops.quote_name
     prefix = f"{alias}." if alias else ""
     return ", ".join(f"{prefix}{q(field.column)}" for field in model._meta.concrete_fields)
+
+
+# --- aborted transactions ------------------------------------------------------------------------
+
+#: PostgreSQL's codes of a transaction it aborted so that another could go on (a deadlock, a
+#: serialization failure): it wrote nothing, and may simply run again.
+TRANSIENT_SQLSTATES = {"40P01", "40001"}
+
+
+def is_transient(exc) -> bool:
+    """A transaction the database aborted and that may simply run again (on SQLite, "database is
+    locked": another process held the write lock longer than the busy timeout)."""
+    return isinstance(exc, OperationalError) and (
+        getattr(exc.__cause__, "sqlstate", None) in TRANSIENT_SQLSTATES or "database is locked" in str(exc))

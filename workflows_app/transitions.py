@@ -470,11 +470,14 @@ def operations_transition(operations, target, *, message="", data=None) -> list:
     now = clock.now()
     with _atomic():
         # Lock only the rows still in a state they may move from: a row another writer moved on
-        # is not waited for nor held (an agent recording its result may need it).
+        # is not waited for nor held (an agent recording its result may need it). In one order,
+        # the one the managers' intake takes its batch's rows in (execution, then operation): two
+        # writers that lock some of the same rows in different orders can each wait for the
+        # other (PostgreSQL ends one of them with "deadlock detected").
         current = {pk: (state, attempt) for pk, state, attempt in
                    Operation.objects.select_for_update(no_key=True)
                    .filter(pk__in=[op.pk for op in operations], state__in={op.state for op in operations})
-                   .values_list("pk", "state", "attempt").order_by()}
+                   .order_by("execution_id", "pk").values_list("pk", "state", "attempt")}
         moving = [op for op in operations if current.get(op.pk) == (op.state, op.attempt)]
         if not moving:
             return []

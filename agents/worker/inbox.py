@@ -33,6 +33,7 @@ from agents import intake
 from workflows_app.broker import batches, shared
 from agents.worker.forks import no_fork_meanwhile
 from workflows_app import broker, outages, wire
+from workflows_app.db import is_transient
 from workflows_app.errors import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
@@ -47,13 +48,6 @@ IDLE_SECONDS = 1.0
 IDLE_DRAIN_SECONDS = 0.3
 #: Tries of a batch whose transaction the database aborted (it wrote nothing).
 TRIES = 5
-TRANSIENT_SQLSTATES = {"40P01", "40001"}
-
-
-def is_transient(exc) -> bool:
-    """A transaction the database aborted and that may simply run again."""
-    return isinstance(exc, OperationalError) and (
-        getattr(exc.__cause__, "sqlstate", None) in TRANSIENT_SQLSTATES or "database is locked" in str(exc))
 
 
 class Inbox(threading.Thread):
