@@ -34,6 +34,11 @@ and agent worker processes (the plain Celery tasks go to the agent's queue).
    process, which publishes the reports of the tasks that ended by the next turn of its event loop
    in one message and only then acknowledges their messages (taking one more message meanwhile for
    each report that waits). The same for the chain.
+10. the start's request alone: the K starts of 4 with the manager and the agent frozen (SIGSTOP
+   to their process groups) while they are made, so that nothing works off the starts on the same
+   cores meanwhile / K ``send_task`` with the agent frozen. What a start's own request costs beside
+   a publish; what 4 loses beyond it is the execution's work taking the same cores. The starts and
+   the tasks run once the processes are let go (untimed).
 
 Given the manager's and the agent's processes, each round also takes the CPU every part of the
 machine spends (``bench/cpu.py``) on the fan-out and the ``group``, per operation, and on the
@@ -44,6 +49,8 @@ The Celery side needs a result backend (the project has one whenever the broker 
 without one its column reads ``n/a``.
 """
 
+import os
+import signal
 import statistics
 import sys
 import time
@@ -268,6 +275,18 @@ def _starts(client, k, agent):
     return k / (time.monotonic() - began), ids
 
 
+@contextmanager
+def _frozen(processes):
+    """The process groups of ``processes`` (the stack's manager and agent) stopped meanwhile."""
+    for process in processes:
+        os.killpg(process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGCONT)
+
+
 def _sends(app, k, agent):
     """K ``send_task`` of the no-op; returns (messages per second, their results)."""
     began = time.monotonic()
@@ -313,6 +332,9 @@ def _run(app, agent, rounds, sizes, processes, floor):
     )}
     rows["starts"] = Row(f"start throughput: {k} starts (Switchyard: POST /executions 201s; Celery: send_task)",
                          [], [], unit="/s")
+    if processes:
+        rows["starts alone"] = Row(f"start throughput, the request alone: {k} starts with the manager and agent frozen "
+                                   "(Celery: send_task, the agent frozen)", [], [], unit="/s")
     floors = FLOORS if floor else ()
     for fl in floors:  # its Switchyard column is the fan-out's own list of times: its ratio is fan-out / floor
         rows[fl.key] = Row(f"fan-out: {n} no-ops, {fl.name} ({fl.detail})", rows["fanout"].switchyard, [])
@@ -401,6 +423,20 @@ def _run(app, agent, rounds, sizes, processes, floor):
             time.sleep(1.0)
         rows["starts"].celery.append(rate)
         _progress(round_, rows["starts"])
+        if "starts alone" in rows:
+            with _frozen(processes):
+                rate, ids = _starts(client, k, agent)
+            rows["starts alone"].switchyard.append(rate)
+            for execution_id in ids:
+                _wait_completed(execution_id)
+            with _frozen(processes):
+                rate, results = _sends(app, k, agent)
+            rows["starts alone"].celery.append(rate)
+            if has_backend:
+                for result in results:
+                    result.get(timeout=TIMEOUT, interval=POLL)
+                    result.forget()
+            _progress(round_, rows["starts alone"])
         if "starts cpu" in meters:
             rows["starts cpu"].wall.setdefault("switchyard", []).append(starts_wall / k * 1000)
             rows["starts cpu"].wall.setdefault("celery", []).append(sends_wall / k * 1000)
@@ -424,6 +460,8 @@ def _run(app, agent, rounds, sizes, processes, floor):
                     f"link {floor_ / link_:.2f}, chain / {fl.short} {chain_ / floor_:.2f}")
         out.append(row)
     out.append(rows["starts"])
+    if "starts alone" in rows:
+        out.append(rows["starts alone"])
     if redis is not None:
         row = rows["fanout messages"]
         for side, counter in counters.items():

@@ -30,7 +30,7 @@ def test_the_benchmark_runs_one_round_and_prints_its_table(tmp_path):
     for case in ("kill, operation ignores SIGTERM: process tree gone", "cancel, cooperative operation: execution cancelled",
                  "force-cancel: execution cancelled", "celery revoke(terminate=True, signal=SIGKILL)",
                  "fan-out: 20 no-ops", "fan-in: 20 no-ops then a join", "chain: 5 sequential no-ops",
-                 "chain: per step", "start throughput: 10 starts", "fan-out: CPU per operation, every process on the machine",
+                 "chain: per step", "start throughput: 10 starts", "start throughput, the request alone: 10 starts", "fan-out: CPU per operation, every process on the machine",
                  "start throughput: CPU per start until its execution completed",
                  "suspended: RSS once all 5 started wait", "suspended: memory per waiting execution", "wake: 5 events delivered until all completed, 5 waiting",
                  "wake: 10 events delivered until all completed, 20 waiting", "tick: one pass with 20 waiting",
