@@ -105,6 +105,10 @@ def test_a_report_for_an_operation_that_does_not_exist_changes_nothing_and_is_lo
                    "outcome": "failed", "error": {"type": "X", "message": "x" * (2 * 1024 * 1024 + 1)}}),
     # A heartbeat that carries more than a heartbeat (one of 40 MB doubled a manager's memory).
     lambda: prove({"kind": "heartbeat", "agent": AGENT, "incarnation": "", "padding": "x" * 100}),
+    # Text the database cannot store (a NUL failed the whole batch; a lone surrogate could not be encoded).
+    lambda: prove({"kind": "heartbeat", "agent": AGENT, "incarnation": "", "hostname": "box\x00"}),
+    lambda: prove({"kind": "register", "agent": AGENT, "incarnation": "", "hostname": "box\ud800", "pid": 1,
+                   "concurrency": 1}),
     # Not a proof: other characters (non-ASCII ones raised a traceback and sent the batch round
     # again one by one), another length, none, and the secret reports carried before proofs.
     lambda: {**success(Operation(pk=uuid.uuid4(), attempt=1)), "proof": "é" * 64},
@@ -112,7 +116,7 @@ def test_a_report_for_an_operation_that_does_not_exist_changes_nothing_and_is_lo
     lambda: keys.without_proof(success(Operation(pk=uuid.uuid4(), attempt=1))),
     lambda: prove({**keys.without_proof(success(Operation(pk=uuid.uuid4(), attempt=1))), "secret": "0" * 64}),
 ], ids=["text", "list", "empty", "kind", "operation", "agent", "incarnation", "gone", "attempt", "error-type",
-        "error-too-large", "fat-heartbeat", "non-ascii-proof", "short-proof", "no-proof", "secret"])
+        "error-too-large", "fat-heartbeat", "nul-host", "surrogate-host", "non-ascii-proof", "short-proof", "no-proof", "secret"])
 def test_a_malformed_report_is_refused_and_the_rest_of_its_batch_is_stored(started, body, caplog):
     body = body() if callable(body) else body  # a proof is made with the test's database
     with caplog.at_level(logging.WARNING, logger="agents.intake"):

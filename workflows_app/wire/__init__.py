@@ -211,6 +211,9 @@ def _text(body, name, limit):
     value = body.get(name)
     if not isinstance(value, str) or (limit is not None and len(value) > limit):
         raise Malformed(f"{name}: a string{'' if limit is None else f' of at most {limit} characters'} is needed")
+    problem = values.string_problem(value)  # what the database cannot store would fail the whole batch
+    if problem is not None:
+        raise Malformed(f"{name}: {problem}")
     return value
 
 
