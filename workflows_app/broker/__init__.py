@@ -31,6 +31,7 @@ The test harness (``workflows_app.testing``) plays the managers and agents in th
 process: inside :func:`diverted`, the engine's messages go to it instead of the broker.
 """
 
+import contextlib
 import functools
 import json
 import logging
@@ -522,18 +523,15 @@ def broadcast_stop(attempts, hosts) -> dict:
     destination = sorted({f"{agent}@{hosts[agent]}" for _, _, agent, _ in proved if hosts.get(agent)})
     if not destination:
         return found
-    arguments = {"attempts": proved, "nonce": nonce}
+    # On Redis a connection of its own, closed here: one returned to the pool keeps the wait for
+    # replies it stopped reading (a BRPOP), which a process forked later blocks on as it closes the
+    # pool's connections. On RabbitMQ the pooled one (None: Celery's own).
+    own = current_app.connection_for_write() if broker_is_redis() else contextlib.nullcontext()
     try:
-        if broker_is_redis():
-            # On Redis a connection of its own, closed here: one returned to the pool keeps the
-            # wait for replies it stopped reading (a BRPOP), which a process forked later blocks
-            # on as it closes the pool's connections.
-            with current_app.connection_for_write() as connection:
-                replies = _control().broadcast(STOP_COMMAND, arguments=arguments, reply=True, destination=destination,
-                                               limit=len(destination), timeout=STOP_REPLY_SECONDS, connection=connection)
-        else:
-            replies = _control().broadcast(STOP_COMMAND, arguments=arguments, reply=True, destination=destination,
-                                           limit=len(destination), timeout=STOP_REPLY_SECONDS)
+        with own as connection:
+            replies = _control().broadcast(STOP_COMMAND, arguments={"attempts": proved, "nonce": nonce}, reply=True,
+                                           destination=destination, limit=len(destination), timeout=STOP_REPLY_SECONDS,
+                                           connection=connection)
     except Exception as exc:  # noqa: BLE001 — a broker that cannot be reached: no answer, the grants are waited for
         logger.warning("could not ask %s to stop %d attempt(s): %s", ", ".join(destination), len(proved), exc)
         return found
