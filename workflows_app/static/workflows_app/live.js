@@ -3,7 +3,7 @@
    and each part marked data-sy-live (summary, buttons, warnings, error, children, operations with
    their counts and pages, latest events, payload) is replaced by its fresh copy in one go: the
    counts, the rows and the status on screen always come from the same moment. The graph's picture
-   is graph.js's and is left alone; the scroll position is kept.
+   is graph.js's and is left alone; what the operator reads stays where it is on screen.
 
    The admin's messages that end with the execution's status ("… is pending", from a start or an
    action) say what it is now once the page shows another status, keeping what they said.
@@ -47,8 +47,25 @@
     return (doc.getElementById("sy-graph") ? "drawn" : "") + (doc.getElementById("sy-graph-summary") ? "summary" : "");
   }
 
+  /* The part at the top of the window — the first whose bottom is below the window's top — and
+     where it is on screen: after a refresh it is put back there, so what the operator reads stays
+     in place when a part above it grows or shrinks (a warning appears, the summary changes). */
+  function anchor() {
+    var parts = document.querySelectorAll("#content-main [id]");
+    for (var i = 0; i < parts.length; i++) {
+      var box = parts[i].getBoundingClientRect();
+      if (box.bottom > 0 && box.height > 0) { return { id: parts[i].id, top: box.top }; }
+    }
+    return null;
+  }
+
+  function keep(held, x, y) {
+    var again = held && document.getElementById(held.id);
+    if (again) { window.scrollBy(0, again.getBoundingClientRect().top - held.top); } else { window.scrollTo(x, y); }
+  }
+
   function apply(fresh) {
-    var x = window.scrollX, y = window.scrollY;
+    var x = window.scrollX, y = window.scrollY, held = anchor();
     if (graphKind(fresh) !== graphKind(document)) {
       /* The picture changed kind (it grew too big to draw, or the execution ended without an
          operation): the whole content, as the server renders it now. */
@@ -62,7 +79,7 @@
         if (next && !sameContent(shown, next)) { shown.replaceWith(document.importNode(next, true)); }
       });
     }
-    window.scrollTo(x, y);
+    keep(held, x, y);
   }
 
   function sayStatus() {
