@@ -470,14 +470,10 @@ def operations_transition(operations, target, *, message="", data=None) -> list:
     now = clock.now()
     with _atomic():
         # Lock only the rows still in a state they may move from: a row another writer moved on
-        # is not waited for nor held (an agent recording its result may need it). In one order,
-        # the one the managers' intake takes its batch's rows in (execution, then operation): two
-        # writers that lock some of the same rows in different orders can each wait for the
-        # other (PostgreSQL ends one of them with "deadlock detected").
+        # is not waited for nor held (an agent recording its result may need it).
         current = {pk: (state, attempt) for pk, state, attempt in
-                   Operation.objects.select_for_update(no_key=True)
-                   .filter(pk__in=[op.pk for op in operations], state__in={op.state for op in operations})
-                   .order_by("execution_id", "pk").values_list("pk", "state", "attempt")}
+                   _locked(operations).filter(state__in={op.state for op in operations})
+                   .values_list("pk", "state", "attempt")}
         moving = [op for op in operations if current.get(op.pk) == (op.state, op.attempt)]
         if not moving:
             return []
@@ -498,6 +494,25 @@ def operations_transition(operations, target, *, message="", data=None) -> list:
             _left_slot(operation, source, target)
         Event.objects.bulk_create(events)
     return moving
+
+
+def lock_operations(operations):
+    """Lock the rows of ``operations`` in the caller's transaction before moving them one by one
+    (:func:`operation_transition` locks each as it moves it): a writer that moves several
+    operations in one transaction takes them all at once, in the one order. No-op outside a
+    transaction (each move is then a transaction of its own) and on SQLite (one lock for all)."""
+    operations = list(operations)
+    if len(operations) > 1 and connection.vendor != "sqlite" and transaction.get_connection().in_atomic_block:
+        list(_locked(operations).values_list("pk", flat=True))
+
+
+def _locked(operations):
+    """The rows of ``operations``, to be locked in the order every writer of several takes them —
+    the managers' intake's (execution, then operation): two writers that lock some of the same
+    rows in different orders can each wait for the other (PostgreSQL ends one of them with
+    "deadlock detected")."""
+    return (Operation.objects.select_for_update(no_key=True).filter(pk__in=[op.pk for op in operations])
+            .order_by("execution_id", "pk"))
 
 
 def _operation_event(operation, source, target, attempt, message, data):

@@ -10,6 +10,7 @@ import pytest
 from django.db import IntegrityError, OperationalError, connection, transaction
 
 from tests.unit.test_states import SPEC_EXECUTION, SPEC_OPERATION, parse
+from workflows_app.engine import stopping
 from workflows_app.errors import InvalidTransition, StaleAttempt, StaleToken, TransitionRefused
 from workflows_app.models import Event, Execution, Operation
 from workflows_app.models.execution import hash_token
@@ -191,23 +192,13 @@ def test_many_operations_refuse_a_move_the_table_does_not_allow_and_write_nothin
     assert Event.objects.count() == before
 
 
-@pytest.mark.django_db(transaction=True)
-def test_many_operations_are_locked_in_the_order_every_writer_takes_so_that_two_never_deadlock(make_execution,
-                                                                                                 make_operation):
-    """The intake locks its batch's rows by execution, then operation; a pass recording a batch of
-    its sends ``sent`` locks them in that order too. It locked them in the order the table held
-    them: with the intake holding the first row and waiting for the last, which the pass held,
-    PostgreSQL ended one of the two with "deadlock detected" (and a fan-out's later sends waited
-    for the tick: 46 s for 1,000 no-ops instead of 5)."""
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks: on SQLite a writer takes the whole database's lock")
-    execution = make_execution(status=ExecutionStatus.STARTED)
-    pks = sorted((uuid.uuid4() for _ in range(60)), reverse=True)  # stored last key first
-    ops = [make_operation(OperationState.SENDING, execution, pk=pk, name=f"n{i:02}", attempt=1, agent="host-1")
-           for i, pk in enumerate(pks)]
-    holding, errors = threading.Event(), []
+def hold_first_then_last(pks, errors):
+    """A writer that locks as the managers' intake locks a batch (execution, then operation): the
+    first row, then — once the other writer locked what it could — the last. Returns its thread,
+    started, once it holds the first row; what aborts it goes in ``errors``."""
+    holding = threading.Event()
 
-    def intake():  # the first row, then (once the pass locked what it could) the last
+    def intake():
         try:
             with transaction.atomic():
                 Operation.objects.select_for_update(no_key=True).get(pk=min(pks))
@@ -222,6 +213,31 @@ def test_many_operations_are_locked_in_the_order_every_writer_takes_so_that_two_
     writer = threading.Thread(target=intake)
     writer.start()
     assert holding.wait(10)
+    return writer
+
+
+def stored_last_key_first(make_execution, make_operation, state):
+    """60 operations of one execution whose keys go down as they were stored: the table's order
+    (pending_at, id) is the reverse of the intake's."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: on SQLite a writer takes the whole database's lock")
+    execution = make_execution(status=ExecutionStatus.STARTED)
+    pks = sorted((uuid.uuid4() for _ in range(60)), reverse=True)
+    return execution, [make_operation(state, execution, pk=pk, name=f"n{i:02}", attempt=1, agent="host-1")
+                       for i, pk in enumerate(pks)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_many_operations_are_locked_in_the_order_every_writer_takes_so_that_two_never_deadlock(make_execution,
+                                                                                                 make_operation):
+    """The intake locks its batch's rows by execution, then operation; a pass recording a batch of
+    its sends ``sent`` locks them in that order too. It locked them in the order the table held
+    them: with the intake holding the first row and waiting for the last, which the pass held,
+    PostgreSQL ended one of the two with "deadlock detected" (and a fan-out's later sends waited
+    for the tick: 46 s for 1,000 no-ops instead of 5)."""
+    execution, ops = stored_last_key_first(make_execution, make_operation, OperationState.SENDING)
+    errors = []
+    writer = hold_first_then_last([op.pk for op in ops], errors)
     try:
         moved = operations_transition(ops, OperationState.SENT)
     except OperationalError as exc:
@@ -230,6 +246,28 @@ def test_many_operations_are_locked_in_the_order_every_writer_takes_so_that_two_
     writer.join(30)
     assert errors == [], "no writer was aborted"
     assert len(moved) == 60 and set(Operation.objects.values_list("state", flat=True)) == {"sent"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_of_many_operations_locks_them_in_that_order_too(make_execution, make_operation):
+    """A cancel moves its operations one by one, in the execution's order (their events read in
+    step order), inside the pass's transaction: it locks them all first, in the intake's order.
+    Locked one by one as they were cancelled, a cancel of a large fan-out and the intake storing
+    its reports could each wait for the other."""
+    execution, ops = stored_last_key_first(make_execution, make_operation, OperationState.PENDING)
+    errors = []
+    writer = hold_first_then_last([op.pk for op in ops], errors)
+    try:
+        with transaction.atomic():
+            cancelled = stopping.cancel_in_states(execution, [OperationState.PENDING], "cancelled: test")
+    except OperationalError as exc:
+        errors.append(exc)
+        cancelled = []
+    writer.join(30)
+    assert errors == [], "no writer was aborted"
+    assert len(cancelled) == 60 and set(Operation.objects.values_list("state", flat=True)) == {"cancelled"}
+    cancels = Event.objects.filter(execution=execution, type=EventType.TASK_CANCELLED).order_by("pk")
+    assert [event.operation for event in cancels] == [f"n{i:02}" for i in range(60)], "in step order"
 
 
 def test_a_refused_transition_inside_a_transaction_leaves_that_transaction_usable(make_operation):

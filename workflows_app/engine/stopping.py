@@ -46,7 +46,7 @@ from workflows_app.states import (
     OperationState,
     StepKind,
 )
-from workflows_app.transitions import execution_transition, operation_transition
+from workflows_app.transitions import execution_transition, lock_operations, operation_transition
 
 #: How often a cancel reads a step again that an agent moved on meanwhile (sent -> started).
 CANCEL_TRIES = 3
@@ -190,6 +190,7 @@ def cancel(execution, operations, message, *, error=None, stop_processes=True, d
     running, unsent, cancelled = [], [], []
     operations = list(operations)
     grants.ask_to_stop(operations)  # a granted one may have started unasked: its agent says
+    lock_operations(op for op in operations if not op.is_terminal)  # then moved in step order
     for operation in operations:
         if operation.kind == StepKind.WORKFLOW and not operation.is_terminal:
             stop_child(execution, operation)  # a reset step (resume) may have a running child
