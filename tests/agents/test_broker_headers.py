@@ -17,6 +17,7 @@ from switchyard.celery import app as celery_app
 from workflows_app import broker, signing
 from workflows_app.engine import progress
 from workflows_app.models import Execution, Operation
+from workflows_app.models.operation import task_id_for
 from workflows_app.states import OperationState
 from workflows_app.tasks import advance
 from workflows_app.wire import keys
@@ -82,6 +83,7 @@ class RecordingApp:
         self.conf = celery_app.conf  # the broker it would send to
         self.events = self  # app.events.Dispatcher(...): this app, recording what it publishes
         self.published = []
+        self.current_worker_task = None  # not inside a task
 
     def Dispatcher(self, enabled=True, serializer=None):
         return self
@@ -95,6 +97,16 @@ class RecordingApp:
 
     def send_task(self, name, **options):
         self.sent.append({"name": name, **options})
+
+
+class Overriding:
+    """A Celery configuration with some settings of its own."""
+
+    def __init__(self, conf, **settings):
+        self.conf, self.settings = conf, settings
+
+    def __getattr__(self, name):
+        return self.settings[name] if name in self.settings else getattr(self.conf, name)
 
 
 @pytest.fixture
@@ -202,15 +214,24 @@ def test_advance_message_keeps_its_args_and_names_the_execution(app):
 
 def test_the_task_sent_event_is_published_under_the_shadow_name(app, make_operation):
     """Celery names ``task-sent`` after the task; Flower takes its name when it arrives after the
-    worker's ``task-received``, so it must carry the shadow too."""
+    worker's ``task-received``, so it must carry the shadow too. Switchyard publishes it itself
+    (before the message: the test below), so Celery's own is left out — an advance has none."""
     op = make_operation(OperationState.SENDING, attempt=1, name="vm", operation="create_vm")
     broker.send_operations([op])
     broker.send_advance(EXECUTION_ID)
-    [operation_message, advance_message] = app.sent
-    operation_message["event_dispatcher"].publish("task-sent", {"name": broker.RUNNER_TASK, "uuid": "x"}, None)
-    assert app.published == [{"type": "task-sent", "name": "example › vm (create_vm)", "uuid": "x"}]
-    advance_message["event_dispatcher"].publish("task-sent", {"name": broker.ADVANCE_TASK, "uuid": "y"}, None)
-    assert len(app.published) == 1  # an advance has no task-sent event
+    [event] = app.published
+    assert (event["type"], event["name"], event["uuid"]) == ("task-sent", "example › vm (create_vm)", f"{op.pk}.1")
+    for message in app.sent:  # what Celery would publish after each message: nothing
+        message["event_dispatcher"].publish("task-sent", {"name": message["name"], "uuid": "x"}, None)
+    assert len(app.published) == 1
+
+
+def test_no_task_sent_event_where_the_project_sends_none(app, make_operation, monkeypatch):
+    """``task_send_sent_event`` off (Celery's default; Switchyard's own project turns it on):
+    the message goes, and no event, as Celery's ``send_task`` would have it."""
+    monkeypatch.setattr(app, "conf", Overriding(celery_app.conf, task_send_sent_event=False))
+    broker.send_operations([make_operation(OperationState.SENDING, attempt=1)])
+    assert len(app.sent) == 1 and app.published == []
 
 
 class RecordingProducer:
@@ -239,6 +260,13 @@ def test_through_celerys_own_send_path_the_message_and_its_sent_event_name_the_s
     broker.send_operations([op])
     [(body, message)] = [(b, o) for b, o in producer.published if "task" in (o.get("headers") or {})]
     [event] = [b for b, _ in producer.published if isinstance(b, dict) and b.get("type") == "task-sent"]
+    # The event first: the agent runs the attempt as it comes, and a monitor takes whatever comes
+    # after a task-retried as the task's state (a retried attempt was listed PENDING for good).
+    assert [b.get("type") if isinstance(b, dict) else "message" for b, _ in producer.published] == ["task-sent", "message"]
+    task_id = task_id_for(op.pk, 2)
+    assert (event["uuid"], event["root_id"], event["parent_id"], event["retries"]) == (task_id, task_id, None, 0)
+    assert (event["queue"], event["exchange"], event["routing_key"]) == (op.agent, "", op.agent) == \
+        (op.agent, message["exchange"], message["routing_key"]), "where Celery says it sent the message"
     assert message["headers"]["task"] == broker.RUNNER_TASK
     assert message["headers"]["shadow"] == event["name"] == "example › vm (create_vm)"
     assert message["headers"]["argsrepr"] == event["args"] == f"(execution='{op.execution_id}', step='vm', attempt=2)"

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.integration
 #: Flower starts, subscribes to events and hears workers in seconds; a loaded 2-core machine
 #: (a whole suite beside it) may take many times that.
 TIMEOUT = 120
+#: What Flower says of a task's state: the state and when it heard each of its events.
+MOMENTS = ("state", "sent", "received", "started", "succeeded", "failed", "retried", "rejected", "revoked", "timestamp")
 WORKFLOW, STEPS, OPERATION = "it_chain", ["c00", "c01", "c02"], "it_add"
 USER, PASSWORD = "watcher", "a-flower-test-password"
 
@@ -164,8 +166,12 @@ def test_flower_names_each_step_and_tells_failed_retried_and_succeeded_attempts_
             tasks = flower.tasks(search=f"kwargs:execution={outcome.pk}")
             return tasks if all(tasks.get(i, {}).get("state") in ("SUCCESS", "FAILURE", "RETRY") for i in attempts) else None
 
-        tasks = stack.wait_for(all_ended, TIMEOUT, f"Flower to see every attempt on the {where} end",
-                               lambda: json.dumps(flower.tasks(search=f"kwargs:execution={outcome.pk}"), indent=1)[-4000:])
+        def seen():  # each attempt as Flower has it: its state and the moments it heard of
+            tasks = flower.tasks(search=f"kwargs:execution={outcome.pk}")
+            return json.dumps({i: {key: value for key, value in tasks.get(i, {}).items() if key in MOMENTS}
+                               for i in attempts}, indent=1)
+
+        tasks = stack.wait_for(all_ended, TIMEOUT, f"Flower to see every attempt on the {where} end", seen)
         assert {i: tasks[i]["state"] for i in attempts} == attempts, where
         # Only the engine's attempts: Celery sent no message of its own for a retry.
         assert set(tasks) == set(attempts), json.dumps(tasks, indent=1)

@@ -145,23 +145,6 @@ def _literal(context) -> str:
     return repr({key: value for key, value in context.items() if value is not None})
 
 
-class _SentUnderShadow:
-    """Publishes a message's ``task-sent`` event under its shadow name.
-
-    Celery names that event after the task itself (``celery.app.amqp.AMQP.as_task_v2``), and
-    Flower's state (``celery.events.state.Task.event``) takes every field of a ``task-sent``
-    event that arrives after the worker's ``task-received`` — as it does whenever the worker is
-    quicker than its sender publishes the event. Without this, such a task would be listed as
-    ``agents.run_operation`` again. ``send_task`` hands it to ``send_task_message`` as its
-    ``event_dispatcher``."""
-
-    def __init__(self, dispatcher, shadow):
-        self.dispatcher, self.shadow = dispatcher, shadow
-
-    def publish(self, type, fields, producer, **kwargs):
-        return self.dispatcher.publish(type, {**fields, "name": self.shadow}, producer, **kwargs)
-
-
 @functools.cache
 def _event_dispatcher(app):
     """A disabled dispatcher, as Celery's own for ``task-sent``: it publishes through the
@@ -184,15 +167,33 @@ def _json_control(app):
     return control
 
 
-def _options(app, headers) -> dict:
-    """``send_task`` options for ``headers``: with a shadow, its ``task-sent`` event is named so."""
-    if "shadow" not in headers:
-        return headers
-    return {**headers, "event_dispatcher": _SentUnderShadow(_event_dispatcher(app), headers["shadow"])}
+def _announce(app, producer, task_id, headers, queue):
+    """Publish the ``task-sent`` event of an operation's message, with the fields Celery gives it
+    (under the message's shadow name, so Flower lists the step, not ``agents.run_operation``) —
+    *before* the message, on the same producer, which Celery's ``send_task`` does after it.
+
+    The order matters to Flower: its state (``celery.events.state.Task.event``) takes any event
+    that comes after a ``task-retried`` as the task's new state. An agent runs a granted attempt
+    as it comes, and its events (received, started, retried) could reach a monitor before a
+    ``task-sent`` published after the message: the retried attempt was listed PENDING for good.
+    Published first, on the connection that then publishes the message, the event is at the
+    broker before the agent can take the message. Sent only where the project sends such events
+    (``task_send_sent_event``), as Celery does."""
+    if not app.conf.task_send_sent_event:
+        return
+    parent = app.current_worker_task  # a manager's pass: the advance that sends the operation
+    parent_id = parent.request.id if parent else None
+    root_id = (parent.request.root_id or parent_id) if parent else task_id
+    _event_dispatcher(app).publish("task-sent", {
+        "uuid": task_id, "root_id": root_id, "parent_id": parent_id, "name": headers["shadow"],
+        "args": headers["argsrepr"], "kwargs": headers["kwargsrepr"], "retries": 0, "eta": None,
+        "expires": None, "queue": queue, "exchange": "", "routing_key": queue,  # a direct queue's
+    }, producer, retry=True)
 
 
 class _NoSentEvent:
-    """An ``event_dispatcher`` that publishes nothing: an ``advance`` has no ``task-sent`` event."""
+    """An ``event_dispatcher`` that publishes nothing where Celery would publish ``task-sent``,
+    after the message: an ``advance`` has none, an operation's went before (:func:`_announce`)."""
 
     def publish(self, type, fields, producer, **kwargs):
         return None
@@ -260,19 +261,22 @@ def send_operations(operations, grants=None) -> list:
             else:
                 kwargs = {"grant": grant,
                           "proof": keys.prove(agent_keys[operation.agent], keys.Purpose.OPERATION, [*args, grant])}
+            task_id, headers = task_id_for(operation.id, operation.attempt), operation_headers(workflow_id, operation)
             try:
+                _announce(app, producer, task_id, headers, operation.agent)
                 app.send_task(
                     RUNNER_TASK,
                     args=args,
                     kwargs=kwargs,
-                    task_id=task_id_for(operation.id, operation.attempt),
+                    task_id=task_id,
                     queue=operation.agent,
                     producer=producer,
                     ignore_result=True,
                     serializer=SERIALIZER,
                     priority=message_priority(priority, redis=redis),
                     headers=trace_context.message_headers(trace, workflow_id),  # its execution's trace
-                    **_options(app, operation_headers(workflow_id, operation)),
+                    event_dispatcher=_NO_SENT_EVENT,  # announced above
+                    **headers,
                 )
             except Exception as exc:
                 reason = refusal(exc, operation.agent)
