@@ -31,6 +31,7 @@ break them.
 """
 
 import functools
+import logging
 import random
 import sqlite3
 import time
@@ -38,6 +39,8 @@ import time
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 from django.db.backends.signals import connection_created
 from django.db.models import DEFERRED
+
+logger = logging.getLogger(__name__)
 
 #: The connection options several writing processes need of SQLite, unless the project set them.
 SQLITE_OPTIONS = {"transaction_mode": "IMMEDIATE", "timeout": 30}
@@ -191,3 +194,17 @@ def is_transient(exc) -> bool:
     locked": another process held the write lock longer than the busy timeout)."""
     return isinstance(exc, OperationalError) and (
         getattr(exc.__cause__, "sqlstate", None) in TRANSIENT_SQLSTATES or "database is locked" in str(exc))
+
+
+def again_if_aborted(work, *, tries, what, pause=0.0):
+    """``work()`` (one transaction), run again while the database aborts it (:func:`is_transient`),
+    ``tries`` times at most, ``pause`` times the try's number seconds apart; each abort is logged,
+    naming ``what``. Any other error, and the last abort, go up. Returns what ``work`` returns."""
+    for attempt in range(1, tries + 1):
+        try:
+            return work()
+        except OperationalError as exc:
+            if not is_transient(exc) or attempt == tries:
+                raise
+            logger.warning("%s: the database aborted it (%s); again", what, str(exc).splitlines()[0][:200])
+            time.sleep(pause * attempt)

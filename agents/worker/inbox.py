@@ -24,16 +24,15 @@ import contextlib
 import logging
 import socket
 import threading
-import time
 
 import kombu
-from django.db import OperationalError, close_old_connections
+from django.db import close_old_connections
 
 from agents import intake
 from workflows_app.broker import batches, shared
 from agents.worker.forks import no_fork_meanwhile
 from workflows_app import broker, outages, wire
-from workflows_app.db import is_transient
+from workflows_app.db import again_if_aborted
 from workflows_app.errors import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
@@ -136,16 +135,13 @@ class Inbox(threading.Thread):
         source.ack(batch)
 
     def _take(self, bodies):
-        for tries in range(1, TRIES + 1):
-            try:
-                with no_fork_meanwhile():
-                    close_old_connections()
-                    return intake.take(bodies)
-            except OperationalError as exc:
-                if not is_transient(exc) or tries == TRIES:
-                    raise
-                logger.warning("inbox: a batch was aborted (%s): trying again", exc)
-                time.sleep(0.05 * tries)
+        return again_if_aborted(lambda: self._take_once(bodies), tries=TRIES, what="inbox: a batch", pause=0.05)
+
+    @staticmethod
+    def _take_once(bodies):
+        with no_fork_meanwhile():
+            close_old_connections()
+            return intake.take(bodies)
 
 
 def _publishing_together(producer):

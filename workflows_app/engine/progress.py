@@ -6,9 +6,8 @@ which calls back here to send what the report made ready.
 """
 
 import functools
-import logging
 
-from django.db import OperationalError, connection, transaction
+from django.db import connection, transaction
 
 from workflows_app import broker, clock, db, values
 from workflows_app.conf import workflows_settings
@@ -25,8 +24,6 @@ from workflows_app.states import (
     StepKind,
 )
 from workflows_app.transitions import create_operation, operation_transition, operations_transition
-
-logger = logging.getLogger(__name__)
 
 
 def lock_execution(execution_id):
@@ -143,15 +140,8 @@ def _record_sent(operations):
     abort that went up from here would leave every later batch unsent until the tick sent it
     again (a fan-out of 1,000 took 46 s instead of 5, the intake storing the first batch's reports
     meanwhile)."""
-    for tries in range(1, SENT_TRIES + 1):
-        try:
-            operations_transition(operations, OperationState.SENT)
-            return
-        except OperationalError as exc:
-            if not db.is_transient(exc) or tries == SENT_TRIES:
-                raise
-            logger.warning("recording %d operation(s) sent: the database aborted it (%s), again", len(operations),
-                           str(exc).splitlines()[0][:200])
+    db.again_if_aborted(lambda: operations_transition(operations, OperationState.SENT), tries=SENT_TRIES,
+                        what=f"recording {len(operations)} operation(s) sent")
 
 
 #: The error type of an operation that could not be sent (:func:`fail_unsendable`).
