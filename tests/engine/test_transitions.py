@@ -192,11 +192,11 @@ def test_many_operations_refuse_a_move_the_table_does_not_allow_and_write_nothin
     assert Event.objects.count() == before
 
 
-def hold_first_then_last(pks, errors):
-    """A writer that locks as the managers' intake locks a batch (execution, then operation): the
-    first row, then — once the other writer locked what it could — the last. Returns its thread,
-    started, once it holds the first row; what aborts it goes in ``errors``."""
-    holding = threading.Event()
+def beside_the_intake(pks, work):
+    """``work()`` while another writer locks as the managers' intake locks a batch (execution,
+    then operation): the first row, then — once ``work`` locked what it could — the last. Returns
+    what ``work`` returned (None if the database aborted it) and the aborts of either writer."""
+    holding, errors = threading.Event(), []
 
     def intake():
         try:
@@ -213,7 +213,13 @@ def hold_first_then_last(pks, errors):
     writer = threading.Thread(target=intake)
     writer.start()
     assert holding.wait(10)
-    return writer
+    result = None
+    try:
+        result = work()
+    except OperationalError as exc:
+        errors.append(exc)
+    writer.join(30)
+    return result, errors
 
 
 def stored_last_key_first(make_execution, make_operation, state):
@@ -236,14 +242,7 @@ def test_many_operations_are_locked_in_the_order_every_writer_takes_so_that_two_
     PostgreSQL ended one of the two with "deadlock detected" (and a fan-out's later sends waited
     for the tick: 46 s for 1,000 no-ops instead of 5)."""
     execution, ops = stored_last_key_first(make_execution, make_operation, OperationState.SENDING)
-    errors = []
-    writer = hold_first_then_last([op.pk for op in ops], errors)
-    try:
-        moved = operations_transition(ops, OperationState.SENT)
-    except OperationalError as exc:
-        errors.append(exc)
-        moved = []
-    writer.join(30)
+    moved, errors = beside_the_intake([op.pk for op in ops], lambda: operations_transition(ops, OperationState.SENT))
     assert errors == [], "no writer was aborted"
     assert len(moved) == 60 and set(Operation.objects.values_list("state", flat=True)) == {"sent"}
 
@@ -255,15 +254,11 @@ def test_a_cancel_of_many_operations_locks_them_in_that_order_too(make_execution
     Locked one by one as they were cancelled, a cancel of a large fan-out and the intake storing
     its reports could each wait for the other."""
     execution, ops = stored_last_key_first(make_execution, make_operation, OperationState.PENDING)
-    errors = []
-    writer = hold_first_then_last([op.pk for op in ops], errors)
-    try:
+    def cancel_in_one_transaction():
         with transaction.atomic():
-            cancelled = stopping.cancel_in_states(execution, [OperationState.PENDING], "cancelled: test")
-    except OperationalError as exc:
-        errors.append(exc)
-        cancelled = []
-    writer.join(30)
+            return stopping.cancel_in_states(execution, [OperationState.PENDING], "cancelled: test")
+
+    cancelled, errors = beside_the_intake([op.pk for op in ops], cancel_in_one_transaction)
     assert errors == [], "no writer was aborted"
     assert len(cancelled) == 60 and set(Operation.objects.values_list("state", flat=True)) == {"cancelled"}
     cancels = Event.objects.filter(execution=execution, type=EventType.TASK_CANCELLED).order_by("pk")
